@@ -1,0 +1,1 @@
+"""Generated kubelet API stubs; regenerate with hack/gen-protos."""

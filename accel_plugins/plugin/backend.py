@@ -1,0 +1,63 @@
+"""The boundary between vendor code and the framework.
+
+A backend only describes devices. It never imports grpc and never sees a
+socket. Optional capabilities are separate one-method Protocols; the servicer
+derives DevicePluginOptions from which of them the backend implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
+
+Publish = Callable[[DeviceTree], None]
+"""Hands the manager a complete new snapshot. Must be called on the event loop
+thread; backends with threads use ``loop.call_soon_threadsafe``."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Produces snapshots of every resource it owns and announces changes."""
+
+    async def run(self, publish: Publish) -> None:
+        """Publish the current tree at once, then a new tree after every change.
+
+        Runs until cancelled. A hardware read that fails must publish the
+        affected devices Unhealthy rather than raise; an exception escaping
+        here is treated as a crash of the backend and logged by the manager.
+        """
+        ...
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """Builds a container's response itself instead of the default merge."""
+
+    def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation: ...
+
+
+@runtime_checkable
+class PreferredAllocator(Protocol):
+    """Chooses which devices the kubelet should allocate (topology awareness)."""
+
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[Device],
+        must_include: Sequence[Device],
+        size: int,
+    ) -> Sequence[str]:
+        """Return ``size`` device IDs from ``available`` that include ``must_include``.
+
+        Raise AllocationError for a request that cannot be met.
+        """
+        ...
+
+
+@runtime_checkable
+class PreStarter(Protocol):
+    """Runs a device-specific step before each container start (e.g. a reset)."""
+
+    def pre_start(self, resource: str, devices: Sequence[Device]) -> None: ...

@@ -1,0 +1,123 @@
+"""Devices as the framework sees them: immutable values a backend publishes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+_PERMISSION_LETTERS = frozenset("rwm")
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class Health(enum.StrEnum):
+    """Device health as the kubelet spells it on the wire."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+
+
+def _frozen_map(value: Mapping[str, str]) -> Mapping[str, str]:
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A device node handed to the container runtime (a cgroup device rule + bind)."""
+
+    host_path: str
+    container_path: str = ""
+    permissions: str = "rw"
+
+    def __post_init__(self) -> None:
+        if not self.container_path:
+            object.__setattr__(self, "container_path", self.host_path)
+        if not self.permissions or not set(self.permissions) <= _PERMISSION_LETTERS:
+            raise ValueError(
+                f"device node {self.host_path!r}: permissions {self.permissions!r} "
+                "must be a non-empty combination of 'r', 'w' and 'm'"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A bind mount handed to the container runtime."""
+
+    host_path: str
+    container_path: str = ""
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.container_path:
+            object.__setattr__(self, "container_path", self.host_path)
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One allocatable unit of a resource.
+
+    ``topology`` holds free-form facts that allocation policies read (a GPU's
+    index and link matrix row, a group name, ...); the framework never looks
+    inside. Mappings are frozen on construction so a Device can be shared
+    between the backend thread and the servers without copying.
+    """
+
+    id: str
+    health: Health = Health.HEALTHY
+    numa_nodes: tuple[int, ...] = ()
+    nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    envs: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    annotations: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    cdi_devices: tuple[str, ...] = ()
+    topology: Mapping[str, object] = field(default=MappingProxyType({}), hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValueError("device id must not be empty")
+        object.__setattr__(self, "health", Health(self.health))
+        object.__setattr__(self, "envs", _frozen_map(self.envs))
+        object.__setattr__(self, "annotations", _frozen_map(self.annotations))
+        if not isinstance(self.topology, MappingProxyType):
+            object.__setattr__(self, "topology", MappingProxyType(dict(self.topology)))
+
+    @property
+    def healthy(self) -> bool:
+        return self.health is Health.HEALTHY
+
+    def with_health(self, health: Health) -> Device:
+        return self if health is self.health else replace(self, health=health)
+
+
+# resource name -> device id -> Device. A complete picture of one moment; the
+# manager diffs consecutive trees, so backends never send deltas.
+DeviceTree = Mapping[str, Mapping[str, Device]]
+
+
+def tree(resources: Mapping[str, list[Device] | tuple[Device, ...]]) -> dict[str, dict[str, Device]]:
+    """Build a DeviceTree from lists, refusing duplicate IDs within a resource."""
+    out: dict[str, dict[str, Device]] = {}
+    for resource, devices in resources.items():
+        by_id: dict[str, Device] = {}
+        for device in devices:
+            if device.id in by_id:
+                raise ValueError(f"resource {resource!r}: duplicate device id {device.id!r}")
+            by_id[device.id] = device
+        out[resource] = by_id
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerAllocation:
+    """What one container gets for its devices; becomes a ContainerAllocateResponse."""
+
+    nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    envs: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    annotations: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    cdi_devices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "envs", _frozen_map(self.envs))
+        object.__setattr__(self, "annotations", _frozen_map(self.annotations))
