@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 _PERMISSION_LETTERS = frozenset("rwm")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_EMPTY_FACTS: Mapping[str, object] = MappingProxyType({})
 
 
 class Health(enum.StrEnum):
@@ -68,10 +69,10 @@ class Device:
     numa_nodes: tuple[int, ...] = ()
     nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
-    envs: Mapping[str, str] = field(default=_EMPTY, hash=False)
-    annotations: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    envs: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     cdi_devices: tuple[str, ...] = ()
-    topology: Mapping[str, object] = field(default=MappingProxyType({}), hash=False)
+    topology: Mapping[str, object] = field(default_factory=lambda: _EMPTY_FACTS, hash=False)
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -114,8 +115,8 @@ class ContainerAllocation:
 
     nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
-    envs: Mapping[str, str] = field(default=_EMPTY, hash=False)
-    annotations: Mapping[str, str] = field(default=_EMPTY, hash=False)
+    envs: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
+    annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     cdi_devices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
