@@ -96,7 +96,9 @@ class Device:
 DeviceTree = Mapping[str, Mapping[str, Device]]
 
 
-def tree(resources: Mapping[str, list[Device] | tuple[Device, ...]]) -> dict[str, dict[str, Device]]:
+def tree(
+    resources: Mapping[str, list[Device] | tuple[Device, ...]],
+) -> dict[str, dict[str, Device]]:
     """Build a DeviceTree from lists, refusing duplicate IDs within a resource."""
     out: dict[str, dict[str, Device]] = {}
     for resource, devices in resources.items():

@@ -1,0 +1,177 @@
+"""Default allocation: request validation, spec merging and the NUMA policy.
+
+Pure functions over Device values so that backends can reuse them inside
+their own Allocator/PreferredAllocator and tests need no sockets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from accel_plugins.errors import AllocationError
+from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
+
+# Enumerating NUMA node subsets is exact and cheap for real machines (<= 8
+# nodes); beyond this we fall back to taking the largest nodes first.
+_MAX_EXACT_NUMA_NODES = 16
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort "dev2" before "dev10" so answers look the way operators expect."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(text) if part
+    )
+
+
+def _describe(ids: Iterable[str]) -> str:
+    return ", ".join(repr(i) for i in ids)
+
+
+def resolve(
+    resource: str, ids: Sequence[str], known: Mapping[str, Device], *, require_healthy: bool
+) -> list[Device]:
+    """Map requested IDs to devices, naming every unknown, unhealthy or repeated one."""
+    if not ids:
+        raise AllocationError(f"resource {resource}: the request names no devices")
+    seen: set[str] = set()
+    duplicates: list[str] = []
+    unknown: list[str] = []
+    unhealthy: list[str] = []
+    devices: list[Device] = []
+    for device_id in ids:
+        if device_id in seen:
+            if device_id not in duplicates:
+                duplicates.append(device_id)
+            continue
+        seen.add(device_id)
+        device = known.get(device_id)
+        if device is None:
+            unknown.append(device_id)
+        elif require_healthy and not device.healthy:
+            unhealthy.append(device_id)
+        else:
+            devices.append(device)
+    problems = []
+    if unknown:
+        problems.append(f"unknown device IDs {_describe(unknown)}")
+    if unhealthy:
+        problems.append(f"unhealthy device IDs {_describe(unhealthy)}")
+    if duplicates:
+        problems.append(f"duplicate device IDs {_describe(duplicates)}")
+    if problems:
+        raise AllocationError(f"resource {resource}: " + "; ".join(problems))
+    return devices
+
+
+def merge(devices: Sequence[Device]) -> ContainerAllocation:
+    """Combine the container-facing specs of several devices into one response.
+
+    Nodes and mounts are keyed by container path: two devices sharing a node
+    (e.g. a control device) yield it once, with the union of permissions.
+    Env vars and annotations are merged in device order; later devices win.
+    """
+    nodes: dict[str, DeviceNode] = {}
+    mounts: dict[str, Mount] = {}
+    envs: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    cdi: dict[str, None] = {}
+    for device in devices:
+        for node in device.nodes:
+            old = nodes.get(node.container_path)
+            if old is None:
+                nodes[node.container_path] = node
+            elif old != node:
+                perms = "".join(p for p in "rwm" if p in old.permissions + node.permissions)
+                nodes[node.container_path] = DeviceNode(old.host_path, old.container_path, perms)
+        for mount in device.mounts:
+            mounts.setdefault(mount.container_path, mount)
+        envs.update(device.envs)
+        annotations.update(device.annotations)
+        cdi.update(dict.fromkeys(device.cdi_devices))
+    return ContainerAllocation(
+        nodes=tuple(nodes.values()),
+        mounts=tuple(mounts.values()),
+        envs=envs,
+        annotations=annotations,
+        cdi_devices=tuple(cdi),
+    )
+
+
+def check_preferred_request(
+    resource: str, available: Sequence[Device], must_include: Sequence[Device], size: int
+) -> None:
+    """Reject requests no policy can satisfy, with a message naming the problem."""
+    if size <= 0:
+        raise AllocationError(f"resource {resource}: allocation_size must be positive, got {size}")
+    if size > len(available):
+        raise AllocationError(
+            f"resource {resource}: allocation_size {size} is larger than the "
+            f"{len(available)} available devices"
+        )
+    if len(must_include) > size:
+        raise AllocationError(
+            f"resource {resource}: {len(must_include)} must-include devices do not fit in "
+            f"allocation_size {size}"
+        )
+    available_ids = {d.id for d in available}
+    missing = [d.id for d in must_include if d.id not in available_ids]
+    if missing:
+        raise AllocationError(
+            f"resource {resource}: must-include device IDs {_describe(missing)} are not available"
+        )
+
+
+def prefer_fewest_numa_nodes(
+    available: Sequence[Device], must_include: Sequence[Device], size: int
+) -> list[str]:
+    """Pick ``size`` devices spanning as few NUMA nodes as possible.
+
+    Must-include devices are always taken and the NUMA nodes they sit on are
+    free to use. Among node sets of the smallest size that hold enough
+    devices, the lowest node IDs win; devices without NUMA affinity are used
+    last. Within the chosen nodes devices go in natural ID order, so the
+    answer is deterministic for a given input.
+    """
+    chosen = {d.id: d for d in must_include}
+    need = size - len(chosen)
+    if need <= 0:
+        return sorted(chosen, key=natural_key)
+    candidates = sorted(
+        (d for d in available if d.id not in chosen and d.healthy),
+        key=lambda d: natural_key(d.id),
+    )
+    if len(candidates) < need:  # unhealthy ones only as a last resort
+        candidates += sorted(
+            (d for d in available if d.id not in chosen and not d.healthy),
+            key=lambda d: natural_key(d.id),
+        )
+    base_nodes = frozenset(n for d in chosen.values() for n in d.numa_nodes)
+    with_numa = [d for d in candidates if d.numa_nodes]
+    without_numa = [d for d in candidates if not d.numa_nodes]
+    picked = _within_fewest_nodes(with_numa, base_nodes, need)
+    picked += without_numa[: need - len(picked)]
+    for d in picked:
+        chosen[d.id] = d
+    return sorted(chosen, key=natural_key)
+
+
+def _within_fewest_nodes(devices: list[Device], base: frozenset[int], need: int) -> list[Device]:
+    """Up to ``need`` devices from the smallest set of NUMA nodes beyond ``base``."""
+    extra_nodes = sorted({n for d in devices for n in d.numa_nodes} - base)
+
+    def order(d: Device) -> tuple[bool, tuple[int, ...]]:
+        # Devices on nodes already in use first; the caller sorted by ID before.
+        return (not set(d.numa_nodes) <= base, d.numa_nodes)
+
+    if len(extra_nodes) > _MAX_EXACT_NUMA_NODES:
+        return sorted(devices, key=order)[:need]
+    for count in range(len(extra_nodes) + 1):
+        for combo in itertools.combinations(extra_nodes, count):
+            nodes = base.union(combo)
+            inside = [d for d in devices if nodes.issuperset(d.numa_nodes)]
+            if len(inside) >= need:
+                return sorted(inside, key=order)[:need]
+    return sorted(devices, key=order)

@@ -1,0 +1,187 @@
+"""The lifecycle of one resource's plugin: serve, register, re-register, stop.
+
+Kept apart from the servicer (which only answers RPCs) and from the manager
+(which decides which resources exist), like squat's lifecycle wrapper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_plugins.errors import RegistrationError
+from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.plugin.device import Device
+from accel_plugins.plugin.registration import Backoff, register
+from accel_plugins.plugin.server import PluginServer
+from accel_plugins.plugin.servicer import DevicePluginServicer, plugin_options
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginStatus:
+    resource: str
+    serving: bool
+    registered: bool
+    devices: int
+    healthy: int
+    open_streams: int
+    registrations: int
+
+
+class ResourcePlugin:
+    def __init__(
+        self,
+        resource: str,
+        socket_path: Path,
+        kubelet_socket: Path,
+        capabilities: Capabilities,
+        devices: Mapping[str, Device],
+        *,
+        kubelet_identity: Callable[[], int | None],
+        register_timeout: float,
+        backoff: Backoff,
+    ) -> None:
+        self.resource = resource
+        self.socket_path = socket_path
+        self.kubelet_socket = kubelet_socket
+        self.capabilities = capabilities
+        self.devices: Mapping[str, Device] = devices
+        self.registered_with: int | None = None  # identity of the kubelet socket we registered on
+        self.registrations = 0
+        self._kubelet_identity = kubelet_identity
+        self._register_timeout = register_timeout
+        self._backoff = backoff
+        self._server: PluginServer | None = None
+        self._register_task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+
+    # -- serving -------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.socket_alive()
+
+    async def serve(self) -> None:
+        servicer = DevicePluginServicer(self.resource, self.capabilities, self.devices)
+        server = PluginServer(servicer, self.socket_path)
+        await server.start()
+        self._server = server
+        log.info(
+            "resource %s: serving %d devices on %s",
+            self.resource,
+            len(self.devices),
+            self.socket_path,
+        )
+
+    async def restart(self) -> None:
+        """Serve afresh (our socket was removed or options changed) and re-register."""
+        self._cancel_registration()
+        self.registered_with = None
+        if self._server is not None:
+            await self._server.stop(grace=0)
+            self._server = None
+        await self.serve()
+        self.register()
+
+    def update(self, devices: Mapping[str, Device]) -> None:
+        self.devices = devices
+        if self._server is not None:
+            self._server.servicer.update(devices)
+
+    def set_capabilities(self, capabilities: Capabilities) -> bool:
+        """Swap the backend hooks; True when the kubelet must hear new options."""
+        changed = self._server is not None and (
+            self._server.servicer.options() != plugin_options(capabilities)
+        )
+        self.capabilities = capabilities
+        if self._server is not None:
+            self._server.servicer.capabilities = capabilities
+        return changed
+
+    async def stop(self) -> None:
+        self._cancel_registration()
+        if self._register_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._register_task
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        log.info("resource %s: stopped", self.resource)
+
+    # -- registration ----------------------------------------------------------
+
+    @property
+    def registered(self) -> bool:
+        return self.registered_with is not None and self.registered_with == self._kubelet_identity()
+
+    def register(self) -> None:
+        """(Re)start registering now; retries with backoff until the kubelet accepts."""
+        self._cancel_registration()
+        self._backoff.reset()
+        self._register_task = asyncio.create_task(
+            self._register_until_accepted(), name=f"register {self.resource}"
+        )
+
+    def kick(self) -> None:
+        """The kubelet socket appeared: retry a pending registration at once."""
+        self._backoff.reset()
+        self._kick.set()
+
+    def _cancel_registration(self) -> None:
+        if self._register_task is not None and not self._register_task.done():
+            self._register_task.cancel()
+
+    async def _register_until_accepted(self) -> None:
+        failures = 0
+        while True:
+            identity = self._kubelet_identity()
+            try:
+                if self._server is None:
+                    raise RegistrationError("not serving")
+                await register(
+                    self.kubelet_socket,
+                    endpoint=self.socket_path.name,
+                    resource=self.resource,
+                    options=self._server.servicer.options(),
+                    timeout=self._register_timeout,
+                )
+            except RegistrationError as exc:
+                failures += 1
+                delay = self._backoff.next_delay()
+                # Log the first failure loudly, then quietly until it works.
+                level = logging.WARNING if failures == 1 else logging.DEBUG
+                log.log(
+                    level,
+                    "resource %s: registration failed (%s); retrying in %.1fs",
+                    self.resource,
+                    exc,
+                    delay,
+                )
+                self._kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), timeout=delay)
+                continue
+            self.registered_with = identity
+            self.registrations += 1
+            log.info(
+                "resource %s: registered with the kubelet at %s", self.resource, self.kubelet_socket
+            )
+            return
+
+    def status(self) -> PluginStatus:
+        servicer = self._server.servicer if self._server else None
+        return PluginStatus(
+            resource=self.resource,
+            serving=self.serving,
+            registered=self.registered,
+            devices=len(self.devices),
+            healthy=sum(1 for d in self.devices.values() if d.healthy),
+            open_streams=servicer.open_streams if servicer else 0,
+            registrations=self.registrations,
+        )

@@ -1,0 +1,308 @@
+"""Runs one plugin per resource and keeps them registered with the kubelet.
+
+The manager consumes snapshots from the backend and diffs them against what
+it serves: resources appear (start + register), change (update the streams)
+or vanish (stop). It watches the kubelet's socket directory so a kubelet
+restart, seen either as kubelet.sock being re-created or as our own socket
+being removed, leads to re-serving and re-registering within milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_plugins.errors import AccelPluginsError
+from accel_plugins.plugin.backend import Backend
+from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.plugin.device import Device, DeviceTree, Health
+from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
+from accel_plugins.plugin.registration import Backoff
+from accel_plugins.plugin.server import socket_name
+from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+KUBELET_SOCKET_NAME = "kubelet.sock"
+
+BackendFactory = Callable[[], Backend]
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSettings:
+    """How the manager reaches the kubelet. Paths are parameters so tests use temp dirs."""
+
+    plugin_dir: Path = DEFAULT_PLUGIN_DIR
+    kubelet_socket: Path | None = None  # default: <plugin_dir>/kubelet.sock
+    socket_prefix: str = "accel-"
+    register_timeout: float = 5.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 5.0
+    # Safety net behind inotify (missed events, exotic filesystems).
+    check_interval: float = 5.0
+    backend_restart_delay: float = 1.0
+
+    @property
+    def kubelet_socket_path(self) -> Path:
+        return self.kubelet_socket or self.plugin_dir / KUBELET_SOCKET_NAME
+
+
+class _Event(enum.Enum):
+    TREE = "tree"
+    KUBELET_CREATED = "kubelet-created"
+    CHECK = "check"
+    RELOAD = "reload"
+    BACKEND_DIED = "backend-died"
+    BACKEND_START = "backend-start"
+    STOP = "stop"
+
+
+class Manager:
+    def __init__(self, backend_factory: BackendFactory, settings: ManagerSettings) -> None:
+        self._factory = backend_factory
+        self.settings = settings
+        self._plugins: dict[str, ResourcePlugin] = {}
+        self._tree: DeviceTree = {}
+        self._queue: asyncio.Queue[_Event] = asyncio.Queue()
+        self._pending: set[_Event] = set()
+        self._backend: Backend | None = None
+        self._backend_task: asyncio.Task[None] | None = None
+        self._capabilities = Capabilities()
+        self._stopped = asyncio.Event()
+        self._running = False
+
+    # -- public --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until stop(); raises if the first backend cannot be built."""
+        self._running = True
+        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        watcher = self._watch()
+        self._start_backend(self._factory())
+        checker = asyncio.create_task(self._periodic_check(), name="socket check")
+        try:
+            while True:
+                event = await self._queue.get()
+                self._pending.discard(event)
+                if event is _Event.STOP:
+                    break
+                try:
+                    await self._handle(event)
+                except AccelPluginsError as exc:
+                    log.error("%s", exc)
+        finally:
+            checker.cancel()
+            if watcher is not None:
+                watcher.close()
+            await self._stop_backend()
+            for plugin in list(self._plugins.values()):
+                await plugin.stop()
+            self._plugins.clear()
+            self._running = False
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Stop serving, remove our sockets, and return once run() has finished."""
+        if not self._running:
+            return
+        self._post(_Event.STOP)
+        await self._stopped.wait()
+
+    def reload(self) -> None:
+        """Rebuild the backend from its configuration (what SIGHUP does)."""
+        self._post(_Event.RELOAD)
+
+    def status(self) -> Mapping[str, PluginStatus]:
+        return {name: plugin.status() for name, plugin in sorted(self._plugins.items())}
+
+    @property
+    def tree(self) -> DeviceTree:
+        return self._tree
+
+    # -- events ----------------------------------------------------------------
+
+    def _post(self, event: _Event) -> None:
+        # Coalesce: ten snapshots in a burst become one diff against the latest.
+        if event not in self._pending:
+            self._pending.add(event)
+            self._queue.put_nowait(event)
+
+    async def _handle(self, event: _Event) -> None:
+        if event is _Event.TREE:
+            await self._apply(self._tree)
+        elif event is _Event.KUBELET_CREATED:
+            self._on_kubelet_started()
+        elif event is _Event.CHECK:
+            await self._check()
+        elif event is _Event.RELOAD:
+            await self._reload()
+        elif event is _Event.BACKEND_DIED:
+            await self._on_backend_died()
+        elif event is _Event.BACKEND_START:
+            self._restart_backend()
+
+    def _watch(self) -> DirWatcher | None:
+        kubelet_socket = self.settings.kubelet_socket_path
+        dirs = {self.settings.plugin_dir, kubelet_socket.parent}
+        try:
+            watcher = DirWatcher(self._on_dir_event)
+            for directory in sorted(dirs):
+                directory.mkdir(parents=True, exist_ok=True)
+                watcher.add(directory)
+        except InotifyError as exc:
+            log.warning(
+                "no inotify (%s); checking sockets every %.0fs instead",
+                exc,
+                self.settings.check_interval,
+            )
+            return None
+        return watcher
+
+    def _on_dir_event(self, event: DirEvent) -> None:
+        kubelet_socket = self.settings.kubelet_socket_path
+        if event.overflow or not event.name:
+            self._post(_Event.CHECK)
+        elif event.created and event.directory / event.name == kubelet_socket:
+            self._post(_Event.KUBELET_CREATED)
+        elif event.removed and event.name.startswith(self.settings.socket_prefix):
+            self._post(_Event.CHECK)
+
+    async def _periodic_check(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.check_interval)
+            self._post(_Event.CHECK)
+
+    def _kubelet_identity(self) -> int | None:
+        try:
+            return self.settings.kubelet_socket_path.stat().st_ino
+        except FileNotFoundError:
+            return None
+
+    def _on_kubelet_started(self) -> None:
+        identity = self._kubelet_identity()
+        for plugin in self._plugins.values():
+            if plugin.registered_with != identity:
+                # A new kubelet forgets every plugin: register again, right now.
+                plugin.registered_with = None
+                if plugin.serving:
+                    plugin.register()
+                else:
+                    plugin.kick()
+        self._post(_Event.CHECK)
+
+    async def _check(self) -> None:
+        """Re-serve plugins whose socket vanished; re-register after a kubelet change."""
+        identity = self._kubelet_identity()
+        for plugin in list(self._plugins.values()):
+            if not plugin.serving:
+                log.info(
+                    "resource %s: socket %s is gone (kubelet restart?); serving again",
+                    plugin.resource,
+                    plugin.socket_path,
+                )
+                await plugin.restart()
+            elif plugin.registered_with is not None and plugin.registered_with != identity:
+                plugin.registered_with = None
+                plugin.register()
+
+    # -- snapshots -------------------------------------------------------------
+
+    async def _apply(self, tree: DeviceTree) -> None:
+        for resource in sorted(set(self._plugins) - set(tree)):
+            log.info("resource %s: gone from the backend", resource)
+            await self._plugins.pop(resource).stop()
+        for resource, devices in sorted(tree.items()):
+            plugin = self._plugins.get(resource)
+            if plugin is not None:
+                if plugin.devices is not devices:
+                    plugin.update(devices)
+                continue
+            plugin = ResourcePlugin(
+                resource,
+                self.settings.plugin_dir / socket_name(self.settings.socket_prefix, resource),
+                self.settings.kubelet_socket_path,
+                self._capabilities,
+                devices,
+                kubelet_identity=self._kubelet_identity,
+                register_timeout=self.settings.register_timeout,
+                backoff=Backoff(self.settings.backoff_initial, self.settings.backoff_max),
+            )
+            self._plugins[resource] = plugin
+            await plugin.serve()
+            plugin.register()
+
+    # -- backend ---------------------------------------------------------------
+
+    def _start_backend(self, backend: Backend) -> None:
+        self._backend = backend
+        self._capabilities = Capabilities.of(backend)
+
+        def publish(tree: DeviceTree) -> None:
+            if self._backend is backend:  # late snapshots of a replaced backend are dropped
+                self._tree = tree
+                self._post(_Event.TREE)
+
+        task = asyncio.create_task(backend.run(publish), name="backend")
+        task.add_done_callback(self._on_backend_done)
+        self._backend_task = task
+
+    def _on_backend_done(self, task: asyncio.Task[None]) -> None:
+        if task is not self._backend_task or task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error(
+                "backend crashed: %r; devices marked unhealthy until it is back", exc, exc_info=exc
+            )
+        else:
+            log.error("backend stopped unexpectedly; restarting it")
+        self._post(_Event.BACKEND_DIED)
+
+    async def _stop_backend(self) -> None:
+        task, self._backend_task = self._backend_task, None
+        self._backend = None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _on_backend_died(self) -> None:
+        # Nobody watches the hardware now: say so rather than keep promising health.
+        self._tree = {resource: unhealthy(devices) for resource, devices in self._tree.items()}
+        await self._apply(self._tree)
+        asyncio.get_running_loop().call_later(
+            self.settings.backend_restart_delay, self._post, _Event.BACKEND_START
+        )
+
+    def _restart_backend(self) -> None:
+        try:
+            backend = self._factory()
+        except AccelPluginsError as exc:
+            log.error("cannot restart the backend: %s", exc)
+            self._post(_Event.BACKEND_DIED)
+            return
+        self._start_backend(backend)
+
+    async def _reload(self) -> None:
+        try:
+            backend = self._factory()
+        except AccelPluginsError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc)
+            return
+        log.info("configuration reloaded")
+        await self._stop_backend()
+        self._start_backend(backend)
+        for plugin in self._plugins.values():
+            if plugin.set_capabilities(self._capabilities):
+                await plugin.restart()
+
+
+def unhealthy(devices: Mapping[str, Device]) -> dict[str, Device]:
+    """The same devices, all reported Unhealthy."""
+    return {i: d.with_health(Health.UNHEALTHY) for i, d in devices.items()}

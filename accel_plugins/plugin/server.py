@@ -1,0 +1,88 @@
+"""One gRPC server on one unix socket, serving one resource's servicer."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import grpc
+
+from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
+from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.errors import AccelPluginsError
+from accel_plugins.plugin.servicer import DevicePluginServicer
+
+log = logging.getLogger(__name__)
+
+# sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+class ServeError(AccelPluginsError):
+    """The plugin's own socket could not be served."""
+
+
+def socket_name(prefix: str, resource: str) -> str:
+    """`nvidia.com/gpu` -> `<prefix>nvidia.com_gpu.sock`: one file per resource."""
+    return f"{prefix}{resource.replace('/', '_')}.sock"
+
+
+class PluginServer:
+    """Serves a DevicePluginServicer on ``socket_path`` until stopped."""
+
+    def __init__(self, servicer: DevicePluginServicer, socket_path: Path) -> None:
+        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+            raise ServeError(
+                f"socket path {socket_path} is longer than the {MAX_SOCKET_PATH} bytes "
+                "a unix socket address can hold; use a shorter --plugin-dir"
+            )
+        self.servicer = servicer
+        self.socket_path = socket_path
+        self._server: grpc.aio.Server | None = None
+        self._inode: int | None = None
+
+    async def start(self, probe_timeout: float = 2.0) -> None:
+        """Remove a stale socket of our name, serve, and check that it answers."""
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        server = grpc.aio.server()
+        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
+            raise ServeError(f"cannot listen on {self.socket_path}")
+        await server.start()
+        self._server = server
+        # Only the kubelet (root) has any business on this socket.
+        os.chmod(self.socket_path, 0o600)
+        self._inode = self.socket_path.stat().st_ino
+        await self._probe(probe_timeout)
+
+    async def _probe(self, timeout: float) -> None:
+        async with grpc.aio.insecure_channel(f"unix://{self.socket_path}") as channel:
+            stub = pb_grpc.DevicePluginStub(channel)
+            try:
+                await stub.GetDevicePluginOptions(pb.Empty(), timeout=timeout, wait_for_ready=True)
+            except grpc.aio.AioRpcError as exc:
+                await self.stop()
+                raise ServeError(
+                    f"{self.socket_path} does not answer: {exc.code().name} {exc.details()}"
+                ) from exc
+
+    def socket_alive(self) -> bool:
+        """True while the socket file we created is still in place (not removed or replaced)."""
+        try:
+            return self._inode is not None and self.socket_path.stat().st_ino == self._inode
+        except FileNotFoundError:
+            return False
+
+    async def stop(self, grace: float = 0.5) -> None:
+        """End streams cleanly, stop serving, and remove our socket (only ours)."""
+        self.servicer.close()
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+        if self.socket_alive():
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        self._inode = None

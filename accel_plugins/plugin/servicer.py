@@ -1,0 +1,257 @@
+"""The DevicePlugin gRPC service for one resource.
+
+Holds the resource's current devices, fans every change out to all open
+ListAndWatch streams and answers the unary RPCs. Request problems become
+gRPC status codes with messages; nothing a caller sends can crash it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
+from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.errors import AllocationError
+from accel_plugins.plugin import allocation
+from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.plugin.convert import container_response, device_message
+from accel_plugins.plugin.device import ContainerAllocation, Device
+
+log = logging.getLogger(__name__)
+
+# The kubelet's gRPC client refuses messages above its default receive limit.
+KUBELET_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+_T = TypeVar("_T")
+_AnyContext = grpc.aio.ServicerContext[Any, Any]
+
+
+def plugin_options(capabilities: Capabilities) -> pb.DevicePluginOptions:
+    return pb.DevicePluginOptions(
+        pre_start_required=capabilities.pre_start_required,
+        get_preferred_allocation_available=capabilities.get_preferred_allocation_available,
+    )
+
+
+class DevicePluginServicer(pb_grpc.DevicePluginServicer):
+    def __init__(
+        self,
+        resource: str,
+        capabilities: Capabilities,
+        devices: Mapping[str, Device] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.capabilities = capabilities
+        self._devices: Mapping[str, Device] = {}
+        self._messages: dict[str, tuple[Device, pb.Device]] = {}
+        self._response = pb.ListAndWatchResponse()
+        self._generation = 0
+        self._changed = asyncio.Event()
+        self._closed = False
+        self.open_streams = 0
+        self.update(devices or {})
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def devices(self) -> Mapping[str, Device]:
+        return self._devices
+
+    def options(self) -> pb.DevicePluginOptions:
+        return plugin_options(self.capabilities)
+
+    def update(self, devices: Mapping[str, Device]) -> bool:
+        """Take a new device list; returns False when it was too large to send."""
+        messages: dict[str, tuple[Device, pb.Device]] = {}
+        for device_id, device in devices.items():
+            cached = self._messages.get(device_id)
+            # Reuse the message of an unchanged device: a health flip on one of
+            # 10,000 devices then costs one conversion, not 10,000.
+            if cached is not None and cached[0] == device:
+                messages[device_id] = cached
+            else:
+                messages[device_id] = (device, device_message(device))
+        response = pb.ListAndWatchResponse(devices=[m for _, m in messages.values()])
+        size = response.ByteSize()
+        if size > KUBELET_MAX_MESSAGE_BYTES:
+            log.error(
+                "resource %s: not sending %d devices: the ListAndWatch message would be %d bytes, "
+                "over the kubelet's %d-byte limit; the kubelet keeps the previous list",
+                self.resource,
+                len(devices),
+                size,
+                KUBELET_MAX_MESSAGE_BYTES,
+            )
+            return False
+        self._devices = dict(devices)
+        self._messages = messages
+        self._response = response
+        self._generation += 1
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        """End every ListAndWatch stream cleanly (status OK)."""
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- RPCs ----------------------------------------------------------------
+
+    async def GetDevicePluginOptions(
+        self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
+    ) -> pb.DevicePluginOptions:
+        return self.options()
+
+    async def ListAndWatch(
+        self,
+        request: pb.Empty,
+        context: grpc.aio.ServicerContext[pb.Empty, pb.ListAndWatchResponse],
+    ) -> AsyncIterator[pb.ListAndWatchResponse]:
+        sent = -1
+        self.open_streams += 1
+        try:
+            while not self._closed:
+                if sent != self._generation:
+                    sent = self._generation
+                    yield self._response
+                    continue
+                await self._changed.wait()
+        finally:
+            self.open_streams -= 1
+
+    async def GetPreferredAllocation(
+        self,
+        request: pb.PreferredAllocationRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
+        ],
+    ) -> pb.PreferredAllocationResponse:
+        responses = []
+        for container in request.container_requests:
+            ids = await self._guard(context, lambda c=container: self._preferred(c))  # type: ignore[misc]
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    async def Allocate(
+        self,
+        request: pb.AllocateRequest,
+        context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
+    ) -> pb.AllocateResponse:
+        if not request.container_requests:
+            await self._abort(context, "the request has no container requests")
+        responses = []
+        for container in request.container_requests:
+            result = await self._guard(
+                context,
+                lambda c=container: self._allocate(c.devicesIDs),  # type: ignore[misc]
+            )
+            responses.append(container_response(result))
+        return pb.AllocateResponse(container_responses=responses)
+
+    async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreStartContainerRequest, pb.PreStartContainerResponse
+        ],
+    ) -> pb.PreStartContainerResponse:
+        hook = self.capabilities.pre_starter
+        if hook is None:
+            return pb.PreStartContainerResponse()
+        devices = await self._guard(
+            context,
+            lambda: allocation.resolve(
+                self.resource, list(request.devicesIDs), self._devices, require_healthy=False
+            ),
+        )
+        try:
+            # A pre-start hook may reset hardware; keep the event loop free.
+            await asyncio.to_thread(hook.pre_start, self.resource, devices)
+        except AllocationError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except Exception as exc:
+            log.exception("resource %s: pre-start hook failed", self.resource)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"resource {self.resource}: pre-start failed: {exc}"
+            )
+        return pb.PreStartContainerResponse()
+
+    # -- helpers -------------------------------------------------------------
+
+    async def _abort(self, context: _AnyContext, message: str) -> None:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"resource {self.resource}: {message}"
+        )
+
+    async def _guard(self, context: _AnyContext, work: Callable[[], _T]) -> _T:
+        """Run request handling; bad input → INVALID_ARGUMENT, a backend bug → INTERNAL."""
+        try:
+            return work()
+        except AllocationError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception as exc:
+            log.exception("resource %s: request handling failed", self.resource)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"resource {self.resource}: internal error: {exc}"
+            )
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    def _allocate(self, ids: Sequence[str]) -> ContainerAllocation:
+        devices = allocation.resolve(self.resource, list(ids), self._devices, require_healthy=True)
+        hook = self.capabilities.allocator
+        return hook.allocate(self.resource, devices) if hook else allocation.merge(devices)
+
+    def _preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
+        size = request.allocation_size
+        # Available IDs we no longer know are skipped (the kubelet's view can lag
+        # ours by one update); must-include IDs have to be real.
+        available = [
+            self._devices[i]
+            for i in dict.fromkeys(request.available_deviceIDs)
+            if i in self._devices
+        ]
+        must = (
+            allocation.resolve(
+                self.resource,
+                list(request.must_include_deviceIDs),
+                self._devices,
+                require_healthy=False,
+            )
+            if request.must_include_deviceIDs
+            else []
+        )
+        allocation.check_preferred_request(self.resource, available, must, size)
+        policy = self.capabilities.preferred
+        if policy is not None:
+            answer = list(policy.preferred_allocation(self.resource, available, must, size))
+            problem = _check_answer(answer, available, must, size)
+            if problem is None:
+                return answer
+            log.error(
+                "resource %s: backend preferred allocation %s (%s); using the default policy",
+                self.resource,
+                answer,
+                problem,
+            )
+        return allocation.prefer_fewest_numa_nodes(available, must, size)
+
+
+def _check_answer(
+    answer: list[str], available: Sequence[Device], must: Sequence[Device], size: int
+) -> str | None:
+    if len(answer) != size or len(set(answer)) != size:
+        return f"expected {size} distinct IDs"
+    if not set(answer) <= {d.id for d in available}:
+        return "names devices that are not available"
+    if not {d.id for d in must} <= set(answer):
+        return "leaves out must-include devices"
+    return None
