@@ -1,0 +1,113 @@
+"""Fixtures for framework tests: an in-test backend and a served plugin."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+
+import grpc
+import pytest
+
+from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.plugin.backend import Publish
+from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
+from accel_plugins.plugin.server import PluginServer
+from accel_plugins.plugin.servicer import DevicePluginServicer
+
+
+class ScriptedBackend:
+    """A backend whose snapshots the test sets by hand (stands in for hardware)."""
+
+    def __init__(self, tree: DeviceTree | None = None) -> None:
+        self.tree: DeviceTree = tree or {}
+        self._publish: Publish | None = None
+        self.started = asyncio.Event()
+        self.runs = 0
+
+    async def run(self, publish: Publish) -> None:
+        self._publish = publish
+        self.runs += 1
+        publish(self.tree)
+        self.started.set()
+        await asyncio.Event().wait()
+
+    def set(self, tree: DeviceTree) -> None:
+        self.tree = tree
+        if self._publish is not None:
+            self._publish(tree)
+
+
+class HookedBackend(ScriptedBackend):
+    """Also implements every optional capability, recording the calls."""
+
+    def __init__(self, tree: DeviceTree | None = None) -> None:
+        super().__init__(tree)
+        self.pre_started: list[list[str]] = []
+        self.pre_start_error: Exception | None = None
+
+    def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
+        return ContainerAllocation(envs={"HOOKED": ",".join(d.id for d in devices)})
+
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[Device],
+        must_include: Sequence[Device],
+        size: int,
+    ) -> Sequence[str]:
+        # Prefers the highest IDs, which the default policy never would.
+        must = [d.id for d in must_include]
+        rest = sorted((d.id for d in available if d.id not in must), reverse=True)
+        return must + rest[: size - len(must)]
+
+    def pre_start(self, resource: str, devices: Sequence[Device]) -> None:
+        if self.pre_start_error is not None:
+            raise self.pre_start_error
+        self.pre_started.append([d.id for d in devices])
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[Path]:
+    # Unix socket paths are limited to 107 bytes and pytest's tmp paths are
+    # long, so plugin dirs live directly under /tmp.
+    path = Path(tempfile.mkdtemp(prefix="ap-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Served:
+    def __init__(self, servicer: DevicePluginServicer, server: PluginServer) -> None:
+        self.servicer = servicer
+        self.server = server
+        self.channel = grpc.aio.insecure_channel(f"unix://{server.socket_path}")
+        self.stub = pb_grpc.DevicePluginStub(self.channel)
+
+
+ServePlugin = Callable[..., Awaitable[Served]]
+
+
+@pytest.fixture
+async def serve_plugin(plugin_dir: Path) -> AsyncIterator[ServePlugin]:
+    """Factory: serve a servicer for `resource` over a real unix socket."""
+    started: list[Served] = []
+
+    async def start(
+        devices: dict[str, Device],
+        capabilities: Capabilities | None = None,
+        resource: str = "example.com/widget",
+    ) -> Served:
+        servicer = DevicePluginServicer(resource, capabilities or Capabilities(), devices)
+        server = PluginServer(servicer, plugin_dir / f"test-{len(started)}.sock")
+        await server.start()
+        served = Served(servicer, server)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        await served.channel.close()
+        await served.server.stop(grace=0)
