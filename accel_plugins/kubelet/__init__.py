@@ -1,0 +1,57 @@
+"""An emulation of the kubelet's device manager and a client for plugin sockets.
+
+It speaks only the public device plugin API (v1beta1) and never imports the
+plugin framework or a backend, so it can face any vendor's plugin.
+"""
+
+from accel_plugins.kubelet.allocation import AllocationRecord
+from accel_plugins.kubelet.client import PluginClient
+from accel_plugins.kubelet.emulator import Kubelet, serve
+from accel_plugins.kubelet.errors import (
+    AllocationConflictError,
+    CheckpointError,
+    InsufficientDevicesError,
+    InvalidPluginAnswerError,
+    KubeletError,
+    PluginCallError,
+    ResourceUnavailableError,
+    UnknownResourceError,
+)
+from accel_plugins.kubelet.model import (
+    HEALTHY,
+    UNHEALTHY,
+    ContainerResponse,
+    DeviceSpec,
+    DeviceState,
+    MountSpec,
+    PluginOptions,
+)
+from accel_plugins.kubelet.names import SUPPORTED_VERSIONS
+from accel_plugins.kubelet.registration import Registration, Rejection
+from accel_plugins.kubelet.state import ResourceView
+
+__all__ = [
+    "HEALTHY",
+    "SUPPORTED_VERSIONS",
+    "UNHEALTHY",
+    "AllocationConflictError",
+    "AllocationRecord",
+    "CheckpointError",
+    "ContainerResponse",
+    "DeviceSpec",
+    "DeviceState",
+    "InsufficientDevicesError",
+    "InvalidPluginAnswerError",
+    "Kubelet",
+    "KubeletError",
+    "MountSpec",
+    "PluginCallError",
+    "PluginClient",
+    "PluginOptions",
+    "Registration",
+    "Rejection",
+    "ResourceUnavailableError",
+    "ResourceView",
+    "UnknownResourceError",
+    "serve",
+]
