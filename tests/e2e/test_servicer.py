@@ -28,7 +28,8 @@ def devices(n: int, *, numa: bool = True) -> dict[str, Device]:
     }
 
 
-def ids(response: pb.ListAndWatchResponse) -> dict[str, str]:
+def ids(response: object) -> dict[str, str]:
+    assert isinstance(response, pb.ListAndWatchResponse), response
     return {d.ID: d.health for d in response.devices}
 
 
@@ -90,7 +91,7 @@ async def test_streams_end_cleanly_on_shutdown(serve_plugin: ServePlugin) -> Non
     stream = served.stub.ListAndWatch(pb.Empty())
     await stream.read()
     served.servicer.close()
-    assert await stream.read() is grpc.aio.EOF
+    assert await stream.read() is grpc.aio.EOF  # type: ignore[attr-defined]
     assert await stream.code() is grpc.StatusCode.OK
 
 

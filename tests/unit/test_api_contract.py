@@ -156,4 +156,5 @@ def test_committed_stubs_match_generator(tmp_path: Path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".py", ".pyi"))
     assert names == sorted(p.name for p in committed.iterdir() if p.suffix in (".py", ".pyi"))
     _, mismatch, errors = filecmp.cmpfiles(committed, tmp_path, names, shallow=False)
-    assert not mismatch and not errors, f"stale stubs (run hack/gen-protos): {mismatch + errors}"
+    assert not mismatch, f"stale stubs, run hack/gen-protos: {mismatch}"
+    assert not errors, f"unreadable stubs: {errors}"
