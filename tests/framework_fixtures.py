@@ -109,5 +109,5 @@ async def serve_plugin(plugin_dir: Path) -> AsyncIterator[ServePlugin]:
 
     yield start
     for served in started:
-        await served.channel.close()
+        await served.channel.close(None)
         await served.server.stop(grace=0)
