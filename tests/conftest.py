@@ -1,5 +1,16 @@
-"""Shared fixtures; each area keeps its own in a tests/*_fixtures.py module."""
+"""Shared fixtures; each area keeps its own in a tests/*_fixtures.py module.
 
+Add a line per fixture module; do not remove other areas' lines.
+"""
+
+from tests.framework_fixtures import plugin_dir, serve_plugin
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
 
-__all__ = ["kubelet", "kubelet_dir", "kubelet_events", "make_plugin"]
+__all__ = [
+    "kubelet",
+    "kubelet_dir",
+    "kubelet_events",
+    "make_plugin",
+    "plugin_dir",
+    "serve_plugin",
+]
