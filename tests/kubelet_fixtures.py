@@ -93,6 +93,11 @@ class StubPlugin(pb_grpc.DevicePluginServicer):
         if server is not None:
             await server.stop(None)
 
+    async def restart(self) -> None:
+        """Serve again on a fresh socket, as a plugin does after the kubelet wiped its directory."""
+        await self.stop()
+        await self.start()
+
     async def register(
         self,
         kubelet_socket: Path,
