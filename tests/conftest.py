@@ -3,14 +3,16 @@
 Add a line per fixture module; do not remove other areas' lines.
 """
 
-from tests.framework_fixtures import plugin_dir, serve_plugin
+from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
 
 __all__ = [
     "kubelet",
     "kubelet_dir",
     "kubelet_events",
+    "logs",
     "make_plugin",
     "plugin_dir",
     "serve_plugin",
+    "start_manager",
 ]

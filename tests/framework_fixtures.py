@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.plugin.backend import Publish
+from accel_plugins.plugin.backend import Backend, Publish
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
+from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.server import PluginServer
 from accel_plugins.plugin.servicer import DevicePluginServicer
 
@@ -111,3 +114,67 @@ async def serve_plugin(plugin_dir: Path) -> AsyncIterator[ServePlugin]:
     for served in started:
         await served.channel.close(None)
         await served.server.stop(grace=0)
+
+
+class RunningManager:
+    def __init__(self, manager: Manager, task: asyncio.Task[None]) -> None:
+        self.manager = manager
+        self.task = task
+
+
+StartManager = Callable[..., Awaitable[RunningManager]]
+
+
+@pytest.fixture
+async def start_manager(kubelet_dir: Path) -> AsyncIterator[StartManager]:
+    """Factory: run a Manager for a backend (or factory) against ``kubelet_dir``."""
+    running: list[RunningManager] = []
+
+    async def start(backend: Backend | Callable[[], Backend], **settings: Any) -> RunningManager:
+        factory = backend if not isinstance(backend, Backend) else (lambda: backend)
+        options: dict[str, Any] = {"plugin_dir": kubelet_dir, "backoff_max": 0.5} | settings
+        manager = Manager(factory, ManagerSettings(**options))
+        task = asyncio.create_task(manager.run())
+        handle = RunningManager(manager, task)
+        running.append(handle)
+        return handle
+
+    yield start
+    for handle in running:
+        await handle.manager.stop()
+        if handle.task.done() and not handle.task.cancelled():
+            handle.task.result()  # surface a crash of run() as a test error
+
+
+class LogWaiter(logging.Handler):
+    """Lets a test await a log message instead of polling for it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+        self._changed = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+        self._changed.set()
+
+    async def wait_for(self, text: str, timeout: float = 5.0) -> str:
+        async with asyncio.timeout(timeout):
+            while True:
+                for message in self.messages:
+                    if text in message:
+                        return message
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@pytest.fixture
+def logs() -> Iterator[LogWaiter]:
+    waiter = LogWaiter()
+    root = logging.getLogger()
+    root.addHandler(waiter)
+    old_level = root.level
+    root.setLevel(logging.DEBUG)
+    yield waiter
+    root.removeHandler(waiter)
+    root.setLevel(old_level)

@@ -1,0 +1,39 @@
+"""A plugin process for signal tests: `python -m tests.e2e.sample_plugin DIR SPEC`.
+
+SPEC is a JSON file {"resource": count}; it is re-read on SIGHUP, so tests can
+see a reload reach the kubelet. Runs the real CLI serve() loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from accel_plugins.cli import serve
+from accel_plugins.errors import ConfigError
+from accel_plugins.logs import setup_logging
+from accel_plugins.plugin.device import Device, tree
+from accel_plugins.plugin.manager import ManagerSettings
+from tests.framework_fixtures import ScriptedBackend
+
+
+def main() -> int:
+    plugin_dir, spec = Path(sys.argv[1]), Path(sys.argv[2])
+
+    def factory() -> ScriptedBackend:
+        try:
+            counts = json.loads(spec.read_text())
+        except ValueError as exc:
+            raise ConfigError(str(spec), "", f"not JSON: {exc}") from exc
+        return ScriptedBackend(
+            tree({name: [Device(f"d{i}") for i in range(n)] for name, n in counts.items()})
+        )
+
+    setup_logging("json", "debug")
+    return asyncio.run(serve(factory, ManagerSettings(plugin_dir=plugin_dir)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
