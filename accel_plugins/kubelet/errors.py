@@ -25,6 +25,8 @@ class KubeletError(AccelPluginsError):
 class PluginCallError(KubeletError):
     """A call to a plugin's DevicePlugin service failed."""
 
+    code: grpc.StatusCode
+
     def __init__(self, method: str, socket: Path, code: grpc.StatusCode, details: str) -> None:
         self.method = method
         self.socket = socket
