@@ -1,0 +1,1 @@
+"""Vendor backends: each one describes devices and never speaks gRPC."""

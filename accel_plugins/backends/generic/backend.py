@@ -1,0 +1,173 @@
+"""GenericBackend: publishes the devices a config describes, again on every change.
+
+The loop is: scan everything (globs, USB sysfs, udev enumeration) in a worker
+thread, add back devices that vanished but may still be held (health.py),
+publish if anything differs, then sleep until a udev event, an inotify event
+or the anchor timer (monitor.py). A full rescan on every wakeup keeps the
+logic simple and the result exact; a scan costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_plugins.backends.generic import cdi
+from accel_plugins.backends.generic.config import GenericConfig
+from accel_plugins.backends.generic.discovery import Discovery
+from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
+from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
+from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
+from accel_plugins.backends.generic.udev import UdevEnumerator
+from accel_plugins.plugin.backend import Publish
+from accel_plugins.plugin.device import Device, DeviceTree
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESCAN_INTERVAL = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class GenericSettings:
+    """How the generic backend runs.
+
+    domain: resources are ``<domain>/<name>``.
+    dev_root / sys_root: where this process sees the host's /dev and /sys.
+    cdi_spec_dir: write CDI specs there and name CDI devices in responses;
+        None (the default) disables CDI.
+    udev_source: which uevents to listen to (auto: udev if udevd runs, else
+        the kernel's).
+    rescan_interval: seconds between anchor rescans when nothing happens.
+    vanished_grace: how long a vanished device stays listed Unhealthy when no
+        allocation feed says whether it is held (see health.py).
+    """
+
+    domain: str = DEFAULT_DOMAIN
+    dev_root: Path = Path("/dev")
+    sys_root: Path = Path("/sys")
+    cdi_spec_dir: Path | None = None
+    udev_source: UdevSource = UdevSource.AUTO
+    rescan_interval: float = DEFAULT_RESCAN_INTERVAL
+    vanished_grace: float = DEFAULT_VANISHED_GRACE
+
+
+class GenericBackend:
+    """Implements the framework's Backend protocol for /dev hardware."""
+
+    def __init__(
+        self,
+        config: GenericConfig,
+        settings: GenericSettings | None = None,
+        *,
+        in_use: InUse | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.settings = settings or GenericSettings()
+        host = HostPaths(self.settings.dev_root, self.settings.sys_root)
+        needs_udev = any(g.udev for spec in config.devices for g in spec.groups)
+        self._discovery = Discovery(config, host, UdevEnumerator() if needs_udev else None)
+        self._vanished = VanishedDevices(
+            grace=self.settings.vanished_grace, in_use=in_use, clock=clock
+        )
+        self._cdi_written: dict[str, Mapping[str, Device]] = {}
+        self.scans = 0
+
+    def resource(self, name: str) -> str:
+        return resource_name(self.settings.domain, name)
+
+    @property
+    def resources(self) -> list[str]:
+        return [self.resource(spec.name) for spec in self.config.devices]
+
+    def _uevent_subsystems(self) -> set[str] | None:
+        """Subsystems worth waking up for; None means every uevent."""
+        wanted: set[str] = set()
+        for spec in self.config.devices:
+            for group in spec.groups:
+                if group.usb:
+                    wanted.add("usb")
+                for matcher in group.udev:
+                    if not matcher.subsystem or any(c in matcher.subsystem for c in "*?["):
+                        return None
+                    wanted.add(matcher.subsystem)
+        return wanted
+
+    def scan(self) -> dict[str, dict[str, Device]]:
+        """One full scan, vanished devices included: the tree to publish."""
+        self.scans += 1
+        found: dict[str, dict[str, Device]] = {}
+        for name, devices in self._discovery.scan().items():
+            kind = self.resource(name)
+            if self.settings.cdi_spec_dir is not None:
+                devices = [
+                    dataclasses.replace(d, cdi_devices=(cdi.qualified_name(kind, d.id),))
+                    for d in devices
+                ]
+            found[kind] = {d.id: d for d in devices}
+        return self._vanished.apply(found)
+
+    def _write_cdi(self, tree: Mapping[str, Mapping[str, Device]]) -> None:
+        directory = self.settings.cdi_spec_dir
+        if directory is None:
+            return
+        for kind, devices in tree.items():
+            if self._cdi_written.get(kind) == devices:
+                continue
+            try:
+                cdi.sync_spec(directory, kind, devices)
+            except OSError as exc:
+                log.error("cannot write the CDI spec for %s in %s: %s", kind, directory, exc)
+                continue
+            self._cdi_written[kind] = devices
+
+    async def run(self, publish: Publish) -> None:
+        feed = ChangeFeed()
+        try:
+            if self._discovery.uses_udev:
+                feed.start_udev(self.settings.udev_source, self._uevent_subsystems())
+            last: DeviceTree | None = None
+            reason = Wakeup.REQUEST
+            while True:
+                feed.clear()
+                tree = await asyncio.to_thread(self.scan)
+                self._write_cdi(tree)
+                if tree != last:
+                    _log_changes(last or {}, tree, reason)
+                    publish(tree)
+                    last = tree
+                if feed.watch(self._discovery.watch_dirs()):
+                    # A directory appeared between scan and watch: look again now.
+                    feed.signal(Wakeup.INOTIFY)
+                reason = await feed.wait(self.settings.rescan_interval)
+        finally:
+            feed.close()
+
+
+def _log_changes(old: DeviceTree, new: DeviceTree, reason: Wakeup) -> None:
+    for resource, devices in new.items():
+        before = old.get(resource, {})
+        added = [i for i in devices if i not in before]
+        gone = [i for i in before if i not in devices]
+        flipped = [
+            f"{i}={d.health.value}"
+            for i, d in devices.items()
+            if i in before and before[i].health is not d.health
+        ]
+        if added or gone or flipped or resource not in old:
+            log.info(
+                "%s: %d devices (%d healthy) after %s; added %s, removed %s, health %s",
+                resource,
+                len(devices),
+                sum(d.healthy for d in devices.values()),
+                reason.value,
+                added or "-",
+                gone or "-",
+                flipped or "-",
+            )

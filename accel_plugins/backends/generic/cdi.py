@@ -1,0 +1,87 @@
+"""CDI (Container Device Interface) spec files, one per resource.
+
+With ``--cdi-spec-dir`` set, each resource ``<domain>/<name>`` gets the file
+``<dir>/<domain>-<name>.json``: kind ``<domain>/<name>``, one CDI device per
+device ID carrying its device nodes and mounts. Allocate responses then name
+``<domain>/<name>=<id>`` so a CDI-aware runtime injects the same edits. Files
+are written to a temporary name and renamed, so a runtime never reads half
+a spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from accel_plugins.plugin.device import Device
+
+CDI_VERSION = "0.5.0"  # the first with deviceNodes[].hostPath
+
+
+def qualified_name(kind: str, device_id: str) -> str:
+    return f"{kind}={device_id}"
+
+
+def spec_path(directory: Path, kind: str) -> Path:
+    return directory / (kind.replace("/", "-") + ".json")
+
+
+def build_spec(kind: str, devices: Mapping[str, Device]) -> dict[str, Any]:
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": kind,
+        "devices": [_device(device_id, devices[device_id]) for device_id in sorted(devices)],
+    }
+
+
+def _device(device_id: str, device: Device) -> dict[str, Any]:
+    edits: dict[str, Any] = {}
+    if device.nodes:
+        edits["deviceNodes"] = [
+            {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
+            for n in device.nodes
+        ]
+    if device.mounts:
+        edits["mounts"] = [
+            {
+                "hostPath": m.host_path,
+                "containerPath": m.container_path,
+                "options": ["bind", "ro"] if m.read_only else ["bind"],
+            }
+            for m in device.mounts
+        ]
+    return {"name": device_id, "containerEdits": edits}
+
+
+def write_spec(directory: Path, kind: str, devices: Mapping[str, Device]) -> Path:
+    """Write (atomically replace) the spec file of one resource; returns its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = spec_path(directory, kind)
+    text = json.dumps(build_spec(kind, devices), indent=2, sort_keys=True) + "\n"
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    return target
+
+
+def sync_spec(directory: Path, kind: str, devices: Mapping[str, Device]) -> Path | None:
+    """Write the spec, or remove it when the resource has no devices (CDI wants one)."""
+    if devices:
+        return write_spec(directory, kind, devices)
+    with contextlib.suppress(FileNotFoundError):
+        spec_path(directory, kind).unlink()
+    return None

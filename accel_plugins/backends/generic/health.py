@@ -1,0 +1,84 @@
+"""Device health: are the nodes there and of the right kind; what to do when they vanish.
+
+A device is Healthy when every ``Device``-type node is a character or block
+device and every ``Mount``-type path exists. A device whose paths stop
+matching is not dropped at once: a pod may hold it, and the kubelet should
+see it turn Unhealthy rather than silently shrink its capacity. It is kept,
+Unhealthy, until one of:
+
+- its nodes return: the same paths give the same ID, reported Healthy again;
+- it is known to be free: ``in_use`` (resource -> IDs held by pods, fed by
+  whoever can see allocations) no longer lists it;
+- without an ``in_use`` feed, ``grace`` seconds have passed since it vanished
+  (the backend cannot know whether a pod still holds it).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Collection, Mapping
+
+from accel_plugins.backends.generic.config import PathType
+from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.plugin.device import Device, Health
+
+InUse = Callable[[str], Collection[str]]
+"""resource name -> IDs of its devices that pods hold now."""
+
+DEFAULT_VANISHED_GRACE = 300.0
+
+
+def path_ok(host: HostPaths, host_path: str, kind: PathType) -> bool:
+    try:
+        info = os.stat(host.local(host_path))
+    except OSError:
+        return False
+    if kind is PathType.MOUNT:
+        return True
+    return stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+
+
+class VanishedDevices:
+    """Carries devices that disappeared from discovery, Unhealthy, as described above."""
+
+    def __init__(
+        self,
+        *,
+        grace: float = DEFAULT_VANISHED_GRACE,
+        in_use: InUse | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._grace = grace
+        self._in_use = in_use
+        self._clock = clock
+        self._last: dict[str, dict[str, Device]] = {}
+        self._since: dict[tuple[str, str], float] = {}
+
+    def apply(self, found: Mapping[str, Mapping[str, Device]]) -> dict[str, dict[str, Device]]:
+        """``found`` plus the vanished devices still worth reporting."""
+        now = self._clock()
+        out: dict[str, dict[str, Device]] = {}
+        since: dict[tuple[str, str], float] = {}
+        for resource, devices in found.items():
+            merged = dict(devices)
+            held = None
+            for device_id, old in self._last.get(resource, {}).items():
+                if device_id in devices:
+                    continue
+                key = (resource, device_id)
+                started = self._since.get(key, now)
+                if self._in_use is not None:
+                    if held is None:
+                        held = self._in_use(resource)
+                    keep = device_id in held
+                else:
+                    keep = now - started < self._grace
+                if keep:
+                    merged[device_id] = old.with_health(Health.UNHEALTHY)
+                    since[key] = started
+            out[resource] = merged
+        self._last = out
+        self._since = since
+        return out
