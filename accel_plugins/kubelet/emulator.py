@@ -17,10 +17,10 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import grpc
 
@@ -302,7 +302,7 @@ class Kubelet:
 
     # -- registration and streams ----------------------------------------------------------
 
-    def _refuse(self, request: pb.RegisterRequest, code: grpc.StatusCode, reason: str) -> None:
+    def _refuse(self, request: pb.RegisterRequest, code: grpc.StatusCode, reason: str) -> NoReturn:
         self.rejections.append(
             Rejection(
                 version=request.version,
@@ -334,7 +334,6 @@ class Kubelet:
                 grpc.StatusCode.UNAVAILABLE,
                 f"cannot reach the plugin of {request.resource_name}: {e}",
             )
-            raise  # unreachable: _refuse raises
         if not self._running:
             await client.close()
             raise RegistrationRefusedError(grpc.StatusCode.UNAVAILABLE, "kubelet is stopping")
@@ -372,7 +371,7 @@ class Kubelet:
         state = self._resources.get(endpoint.resource)
         return state if state is not None and state.endpoint is endpoint else None
 
-    def _on_devices(self, endpoint: Endpoint, devices: list[DeviceState] | Any) -> None:
+    def _on_devices(self, endpoint: Endpoint, devices: Sequence[DeviceState]) -> None:
         state = self._current(endpoint)
         if state is None:
             return
