@@ -1,0 +1,100 @@
+"""Every flag has an environment twin; the command line wins over it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from accel_plugins.cli import build_parser
+from accel_plugins.flags import add_flag, env_name, parse_bool
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"),
+    [
+        pytest.param("--plugin-dir", "ACCEL_PLUGINS_PLUGIN_DIR", id="plugin-dir"),
+        pytest.param("--kubelet-socket", "ACCEL_PLUGINS_KUBELET_SOCKET", id="kubelet-socket"),
+        pytest.param("--log-format", "ACCEL_PLUGINS_LOG_FORMAT", id="log-format"),
+    ],
+)
+def test_env_names(flag: str, env: str) -> None:
+    assert env_name(flag) == env
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "expected"),
+    [
+        pytest.param({}, [], Path("/var/lib/kubelet/device-plugins"), id="default"),
+        pytest.param({"ACCEL_PLUGINS_PLUGIN_DIR": "/env"}, [], Path("/env"), id="env"),
+        pytest.param(
+            {"ACCEL_PLUGINS_PLUGIN_DIR": "/env"},
+            ["--plugin-dir", "/flag"],
+            Path("/flag"),
+            id="flag-beats-env",
+        ),
+    ],
+)
+def test_plugin_dir_precedence(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], argv: list[str], expected: Path
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = build_parser(["kubelet", *argv]).parse_args(["kubelet", *argv])
+    assert args.plugin_dir == expected
+
+
+def test_bad_env_value_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ACCEL_PLUGINS_LOG_FORMAT", "xml")
+    with pytest.raises(SystemExit) as exited:
+        build_parser(["kubelet"])
+    assert exited.value.code == 2
+    assert "ACCEL_PLUGINS_LOG_FORMAT='xml'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("true", True, id="true"),
+        pytest.param("1", True, id="one"),
+        pytest.param("Yes", True, id="yes"),
+        pytest.param("false", False, id="false"),
+        pytest.param("0", False, id="zero"),
+        pytest.param("off", False, id="off"),
+    ],
+)
+def test_parse_bool(text: str, value: bool) -> None:
+    assert parse_bool(text) is value
+
+
+def test_parse_bool_rejects_garbage() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a boolean"):
+        parse_bool("maybe")
+
+
+def test_bool_flag_alone_means_true(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = argparse.ArgumentParser()
+    add_flag(
+        parser,
+        "--pass-device-specs",
+        default=False,
+        type=parse_bool,
+        help="x",
+        env=["PASS_DEVICE_SPECS"],
+    )
+    assert parser.parse_args(["--pass-device-specs"]).pass_device_specs is True
+    assert parser.parse_args(["--pass-device-specs=false"]).pass_device_specs is False
+    monkeypatch.setenv("PASS_DEVICE_SPECS", "true")
+    parser = argparse.ArgumentParser()
+    add_flag(
+        parser,
+        "--pass-device-specs",
+        default=False,
+        type=parse_bool,
+        help="x",
+        env=["PASS_DEVICE_SPECS"],
+    )
+    assert parser.parse_args([]).pass_device_specs is True
