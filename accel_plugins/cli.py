@@ -147,12 +147,10 @@ def _run_vendor(name: str, args: argparse.Namespace) -> int:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
-    from accel_plugins import inspect
+    from accel_plugins.inspect import inspect_plugin, render_json, render_text
 
-    report = asyncio.run(
-        inspect.inspect_plugin(args.socket, allocate=args.allocate, timeout=args.timeout)
-    )
-    print(inspect.render_json(report) if args.json else inspect.render_text(report))
+    report = asyncio.run(inspect_plugin(args.socket, allocate=args.allocate, timeout=args.timeout))
+    print(render_json(report) if args.json else render_text(report))
     return 0
 
 
