@@ -1,0 +1,161 @@
+"""The NVIDIA backend: discovery + MIG strategy + sharing -> trees, health -> new trees."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+
+from accel_plugins.backends.nvidia.allocate import container_allocation, read_mig_minors
+from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.discovery import Node, discover
+from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
+from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
+from accel_plugins.backends.nvidia.nvml import Nvml, session
+from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
+from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
+from accel_plugins.errors import AllocationError
+from accel_plugins.plugin.backend import Backend, Publish
+from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
+
+log = logging.getLogger(__name__)
+
+
+class NvidiaBackend:
+    """Publishes NVIDIA resources and builds NVIDIA's container contract on Allocate.
+
+    NVML is initialised for the life of :meth:`run` and shut down when it
+    ends. ``mig_minors`` is the MIG capability table (read from the driver's
+    ``/proc`` file when None and device specs are passed).
+    """
+
+    def __init__(
+        self,
+        nvml: Nvml,
+        settings: NvidiaSettings,
+        *,
+        mig_minors: Mapping[str, int] | None = None,
+        wait_ms: int = 500,
+    ) -> None:
+        self.nvml = nvml
+        self.settings = settings
+        self._mig_minors = mig_minors
+        self._wait_ms = wait_ms
+        self._resources: dict[str, list[Device]] = {}
+        self._monitor: HealthMonitor | None = None
+
+    def build(self, node: Node) -> dict[str, list[Device]]:
+        """Resources for ``node`` under the MIG strategy and time-slicing config."""
+        minors = self._mig_minors
+        if minors is None and self.settings.allocate.pass_device_specs:
+            minors = read_mig_minors()
+        base = build_resources(
+            node,
+            self.settings.mig_strategy,
+            driver_root=self.settings.driver_root,
+            device_specs=self.settings.allocate.pass_device_specs,
+            mig_minors=minors,
+        )
+        return apply_time_slicing(
+            base, self.settings.time_slicing, source=self.settings.source or "config"
+        )
+
+    def check(self) -> Node:
+        """Init NVML, discover and build once, then shut down: raises what ``run`` would."""
+        with session(self.nvml):
+            node = discover(self.nvml)
+        self.build(node)
+        return node
+
+    def snapshot(self) -> DeviceTree:
+        """The tree as it would be published now, health included."""
+        faults = self._monitor.faults if self._monitor else {}
+        parents = {self._monitor.parent_of(u) for u in faults} if self._monitor else set()
+
+        def health(device: Device) -> Health:
+            unit = device.topology.get("uuid")
+            parent = device.topology.get("parent_uuid")
+            bad = unit in faults or parent in faults
+            if device.topology.get("kind") == "gpu" and unit in parents:
+                bad = True  # a faulty MIG device makes its whole GPU unusable
+            return Health.UNHEALTHY if bad else Health.HEALTHY
+
+        return tree(
+            {
+                name: [d.with_health(health(d)) for d in devices]
+                for name, devices in self._resources.items()
+            }
+        )
+
+    async def run(self, publish: Publish) -> None:
+        initialised = False
+        try:
+            await asyncio.to_thread(self.nvml.init)
+            initialised = True
+            node = await asyncio.to_thread(discover, self.nvml)
+            self._resources = self.build(node)
+            publish(self.snapshot())
+            self._monitor = HealthMonitor(
+                self.nvml,
+                node.gpus,
+                XidPolicy.from_env(
+                    self.settings.disable_healthchecks, self.settings.enable_healthchecks
+                ),
+                on_change=lambda: publish(self.snapshot()),
+                recovery_seconds=self.settings.health_recovery_seconds,
+                wait_ms=self._wait_ms,
+            )
+            await self._monitor.run()
+        finally:
+            try:
+                if initialised:
+                    await asyncio.shield(asyncio.to_thread(self.nvml.shutdown))
+            except NvmlError as exc:
+                log.warning("NVML shutdown failed: %s", exc)
+
+    def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
+        sharing = self.settings.time_slicing
+        if (
+            sharing.fail_requests_greater_than_one
+            and len(devices) > 1
+            and any(is_replica(d) for d in devices)
+        ):
+            raise AllocationError(
+                f"request for {len(devices)} devices of {resource} is too large: "
+                "shared resources allow at most 1 per container (failRequestsGreaterThanOne)"
+            )
+        return container_allocation(devices, self.settings.allocate)
+
+
+class IdleBackend:
+    """What runs when NVML fails and --fail-on-init-error is false: no devices, forever."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def run(self, publish: Publish) -> None:
+        log.error("NVIDIA backend idle with no devices: %s", self.reason)
+        publish({})
+        await asyncio.Event().wait()
+
+
+def create_backend(
+    nvml: Nvml,
+    settings: NvidiaSettings,
+    *,
+    mig_minors: Mapping[str, int] | None = None,
+    wait_ms: int = 500,
+) -> Backend:
+    """A checked NvidiaBackend, or an IdleBackend when NVML fails and that is allowed.
+
+    Raises NvmlInitError/NvmlError/MigStrategyError when ``fail_on_init_error``
+    is set, and ConfigError (a sharing entry naming a missing device) always.
+    """
+    backend = NvidiaBackend(nvml, settings, mig_minors=mig_minors, wait_ms=wait_ms)
+    try:
+        backend.check()
+    except (NvmlInitError, NvmlError, MigStrategyError) as exc:
+        if settings.fail_on_init_error:
+            raise
+        return IdleBackend(str(exc))
+    return backend

@@ -1,0 +1,188 @@
+"""Read the node's GPUs, their MIG devices and the pairwise link matrix from NVML."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError
+from accel_plugins.backends.nvidia.nvml import (
+    TOPOLOGY_HOSTBRIDGE,
+    TOPOLOGY_INTERNAL,
+    TOPOLOGY_MULTIPLE,
+    TOPOLOGY_NODE,
+    TOPOLOGY_SINGLE,
+    Handle,
+    MigPlacement,
+    Nvml,
+)
+
+log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+_LEVEL_TOKENS = {
+    TOPOLOGY_INTERNAL: "PIX",
+    TOPOLOGY_SINGLE: "PIX",
+    TOPOLOGY_MULTIPLE: "PXB",
+    TOPOLOGY_HOSTBRIDGE: "PHB",
+    TOPOLOGY_NODE: "NODE",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    """A MIG device; ``index`` is NVIDIA's ``<gpu>:<mig>`` form."""
+
+    uuid: str
+    index: str
+    profile: str
+    gpu_instance: int
+    compute_instance: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """A physical GPU as discovered; ``links`` is its row of the topology matrix."""
+
+    index: int
+    uuid: str
+    minor: int
+    name: str
+    memory_mib: int
+    pci_bus_id: str
+    numa_node: int | None
+    mig_enabled: bool
+    migs: tuple[MigDevice, ...] = ()
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    gpus: tuple[Gpu, ...]
+    lost: tuple[int, ...] = ()
+    """Indices of GPUs that answered GPU-is-lost during discovery (left out of ``gpus``)."""
+
+
+def mig_profile_name(placement: MigPlacement) -> str:
+    """NVIDIA's profile naming: ``<g>g.<GB>gb``, or ``<c>c.<g>g.<GB>gb`` for shared GIs.
+
+    Memory is rounded up to whole GB, as nvidia-smi names profiles
+    (4864 MiB -> ``5gb``).
+    """
+    gb = math.ceil(placement.memory_mib / 1024)
+    base = f"{placement.gpu_slices}g.{gb}gb"
+    if placement.compute_slices != placement.gpu_slices:
+        return f"{placement.compute_slices}c.{base}"
+    return base
+
+
+def discover(nvml: Nvml) -> Node:
+    """Everything the backend publishes; NVML must be initialised.
+
+    A GPU that reports itself lost is left out (and listed in ``Node.lost``)
+    so one dead GPU does not hide the others; any other NVML error is raised.
+    """
+    handles: list[Handle] = []
+    partial: list[Gpu] = []
+    lost: list[int] = []
+    for index in range(nvml.device_count()):
+        try:
+            handle = nvml.device_handle(index)
+            gpu = _read_gpu(nvml, index, handle)
+        except GpuLostError as exc:
+            log.warning("GPU %d is lost and left out: %s", index, exc)
+            lost.append(index)
+            continue
+        handles.append(handle)
+        partial.append(gpu)
+    rows = link_matrix(nvml, handles, [g.pci_bus_id for g in partial])
+    gpus = tuple(
+        Gpu(
+            index=g.index,
+            uuid=g.uuid,
+            minor=g.minor,
+            name=g.name,
+            memory_mib=g.memory_mib,
+            pci_bus_id=g.pci_bus_id,
+            numa_node=g.numa_node,
+            mig_enabled=g.mig_enabled,
+            migs=g.migs,
+            links=row,
+        )
+        for g, row in zip(partial, rows, strict=True)
+    )
+    return Node(gpus=gpus, lost=tuple(lost))
+
+
+def _read_gpu(nvml: Nvml, index: int, handle: Handle) -> Gpu:
+    mig_enabled = nvml.mig_enabled(handle)
+    migs: list[MigDevice] = []
+    if mig_enabled:
+        for position, mig in enumerate(nvml.mig_handles(handle)):
+            placement = nvml.mig_placement(mig)
+            migs.append(
+                MigDevice(
+                    uuid=nvml.uuid(mig),
+                    index=f"{index}:{position}",
+                    profile=mig_profile_name(placement),
+                    gpu_instance=placement.gpu_instance,
+                    compute_instance=placement.compute_instance,
+                    memory_mib=placement.memory_mib,
+                )
+            )
+    return Gpu(
+        index=index,
+        uuid=nvml.uuid(handle),
+        minor=nvml.minor(handle),
+        name=nvml.name(handle),
+        memory_mib=nvml.memory_total(handle) // _MIB,
+        pci_bus_id=nvml.pci_bus_id(handle),
+        numa_node=nvml.numa_node(handle),
+        mig_enabled=mig_enabled,
+        migs=tuple(migs),
+    )
+
+
+def link_matrix(
+    nvml: Nvml, handles: Sequence[Handle], bus_ids: Sequence[str]
+) -> list[tuple[str, ...]]:
+    """nvidia-smi ``topo -m`` tokens between every pair of GPUs, "X" on the diagonal.
+
+    NVLinks count first: direct links to the peer's bus ID, plus, when both
+    GPUs have links that end on something that is not a GPU (an NVSwitch),
+    the smaller of their switch link counts. Without NVLink the PCIe common
+    ancestor decides (PIX, PXB, PHB, NODE, SYS).
+    """
+    gpu_buses = set(bus_ids)
+    remotes: list[list[str]] = []
+    for handle in handles:
+        try:
+            remotes.append(nvml.nvlink_remotes(handle))
+        except NvmlError as exc:
+            log.info("no NVLink information: %s", exc)
+            remotes.append([])
+    switch = [sum(1 for r in rs if r not in gpu_buses) for rs in remotes]
+    rows: list[tuple[str, ...]] = []
+    for i, first in enumerate(handles):
+        row: list[str] = []
+        for j, second in enumerate(handles):
+            if i == j:
+                row.append("X")
+                continue
+            links = remotes[i].count(bus_ids[j])
+            if switch[i] and switch[j]:
+                links += min(switch[i], switch[j])
+            if links:
+                row.append(f"NV{links}")
+                continue
+            try:
+                level = nvml.topology_level(first, second)
+            except NvmlError as exc:
+                log.info("no PCIe topology between GPUs %d and %d: %s", i, j, exc)
+                level = -1
+            row.append(_LEVEL_TOKENS.get(level, "SYS"))
+        rows.append(tuple(row))
+    return rows
