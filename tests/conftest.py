@@ -4,15 +4,19 @@ Add a line per fixture module; do not remove other areas' lines.
 """
 
 from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
+from tests.generic_fixtures import fake_host, run_backend, write_config
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
 
 __all__ = [
+    "fake_host",
     "kubelet",
     "kubelet_dir",
     "kubelet_events",
     "logs",
     "make_plugin",
     "plugin_dir",
+    "run_backend",
     "serve_plugin",
     "start_manager",
+    "write_config",
 ]
