@@ -79,6 +79,10 @@ class StubPlugin(pb_grpc.DevicePluginServicer):
         # method name -> (code, details) to fail with instead of answering
         self.errors: dict[str, tuple[grpc.StatusCode, str]] = {}
         self.streams = 0
+        # ListAndWatch waits for this before its first message; clear it to hold streams back.
+        self.list_gate = asyncio.Event()
+        self.list_gate.set()
+        self.stream_opened = asyncio.Event()
         self._queues: set[asyncio.Queue[list[DeviceState] | None]] = set()
         self._server: grpc.aio.Server | None = None
 
@@ -150,7 +154,9 @@ class StubPlugin(pb_grpc.DevicePluginServicer):
         queue: asyncio.Queue[list[DeviceState] | None] = asyncio.Queue()
         self._queues.add(queue)
         self.streams += 1
+        self.stream_opened.set()
         try:
+            await self.list_gate.wait()
             devices: list[DeviceState] | None = self.devices
             while devices is not None:
                 yield pb.ListAndWatchResponse(devices=[d.to_proto() for d in devices])

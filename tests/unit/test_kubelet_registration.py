@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -113,10 +115,14 @@ async def test_reregistration_replaces_the_endpoint(
     first = await make_plugin(widgets(2), name="first")
     await register(kubelet, first)
     second = await make_plugin(widgets(3), name="second")
+    second.list_gate.clear()
 
     await second.register(kubelet.socket_path)
+    async with asyncio.timeout(5):
+        await second.stream_opened.wait()
     # Until the new stream reports, the old device set stays.
     assert kubelet.resources[RESOURCE].capacity == 2
+    second.list_gate.set()
     await kubelet.wait_for(lambda k: k.resources[RESOURCE].capacity == 3)
 
     assert [r.endpoint for r in kubelet.registrations] == ["first.sock", "second.sock"]
