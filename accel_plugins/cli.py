@@ -11,16 +11,28 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+# gRPC core prints an INFO line for every connection the kubelet drops (each
+# kubelet restart); operators want warnings and errors only. This must run
+# before grpc is first imported, which the project imports below do.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from accel_plugins import __version__
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.flags import add_flag
 from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, setup_logging
+from accel_plugins.metrics import (
+    DEFAULT_METRICS_ADDRESS,
+    MetricsServer,
+    new_registry,
+    parse_address,
+)
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, Manager, ManagerSettings
 
@@ -67,6 +79,15 @@ def _add_kubelet_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_metrics_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(
+        parser,
+        "--metrics-address",
+        default=DEFAULT_METRICS_ADDRESS,
+        help="host:port for /metrics and /healthz; empty disables",
+    )
+
+
 def _chosen(argv: Sequence[str]) -> str | None:
     for arg in argv:
         if not arg.startswith("-"):
@@ -89,6 +110,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(vendor, help=summary, description=summary)
         _add_kubelet_flags(p)
+        _add_metrics_flag(p)
         _add_logging_flags(p)
         if chosen == vendor:
             _vendor(vendor).add_arguments(p)
@@ -119,9 +141,19 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
-async def serve(factory: Callable[[], Backend], settings: ManagerSettings) -> int:
+async def serve(
+    factory: Callable[[], Backend],
+    settings: ManagerSettings,
+    metrics_address: tuple[str, int] | None = None,
+) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration."""
     manager = Manager(factory, settings)
+    metrics = MetricsServer(new_registry(manager.status), manager.status)
+    if metrics_address is not None:
+        try:
+            await metrics.start(*metrics_address)
+        except OSError as exc:
+            raise AccelPluginsError(f"cannot serve metrics on {metrics_address}: {exc}") from exc
     loop = asyncio.get_running_loop()
     stopping: set[asyncio.Task[None]] = set()
 
@@ -137,13 +169,15 @@ async def serve(factory: Callable[[], Backend], settings: ManagerSettings) -> in
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        await metrics.stop()
     return 0
 
 
 def _run_vendor(name: str, args: argparse.Namespace) -> int:
+    metrics_address = parse_address(args.metrics_address)
     factory = _vendor(name).backend_factory(args)  # validates config before any socket work
     settings = ManagerSettings(plugin_dir=args.plugin_dir, kubelet_socket=args.kubelet_socket)
-    return asyncio.run(serve(factory, settings))
+    return asyncio.run(serve(factory, settings, metrics_address))
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""A plugin process for signal tests: `python -m tests.e2e.sample_plugin DIR SPEC`.
+"""A plugin process for tests: `python -m tests.e2e.sample_plugin DIR SPEC [METRICS_ADDR]`.
 
 SPEC is a JSON file {"resource": count}; it is re-read on SIGHUP, so tests can
 see a reload reach the kubelet. Runs the real CLI serve() loop.
@@ -14,6 +14,7 @@ from pathlib import Path
 from accel_plugins.cli import serve
 from accel_plugins.errors import ConfigError
 from accel_plugins.logs import setup_logging
+from accel_plugins.metrics import parse_address
 from accel_plugins.plugin.device import Device, tree
 from accel_plugins.plugin.manager import ManagerSettings
 from tests.framework_fixtures import ScriptedBackend
@@ -21,6 +22,7 @@ from tests.framework_fixtures import ScriptedBackend
 
 def main() -> int:
     plugin_dir, spec = Path(sys.argv[1]), Path(sys.argv[2])
+    metrics = parse_address(sys.argv[3]) if len(sys.argv) > 3 else None
 
     def factory() -> ScriptedBackend:
         try:
@@ -32,7 +34,7 @@ def main() -> int:
         )
 
     setup_logging("json", "debug")
-    return asyncio.run(serve(factory, ManagerSettings(plugin_dir=plugin_dir)))
+    return asyncio.run(serve(factory, ManagerSettings(plugin_dir=plugin_dir), metrics))
 
 
 if __name__ == "__main__":
