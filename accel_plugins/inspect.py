@@ -94,7 +94,7 @@ def _check_socket(socket: Path) -> None:
         raise InspectError(f"{socket}: cannot access: {e.strerror}") from None
     if not stat.S_ISSOCK(mode):
         raise InspectError(f"{socket}: not a unix socket")
-    if len(os.fsencode(socket.absolute())) > _MAX_SOCKET_PATH:
+    if len(os.fsencode(socket)) > _MAX_SOCKET_PATH:
         raise InspectError(
             f"{socket}: path longer than {_MAX_SOCKET_PATH} bytes, unix sockets cannot be "
             "reached there; run from the socket's directory with a relative path"
@@ -172,23 +172,26 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     ]
 
 
+def _section(title: str, items: list[str]) -> list[str]:
+    return [f"  {title}:"] + [f"    {item}" for item in items or ["(none)"]]
+
+
 def _response_lines(response: ContainerResponse) -> list[str]:
-    lines = ["  envs:"] + [f"    {k}={v}" for k, v in sorted(response.envs.items())]
-    lines.append("  mounts:")
-    lines += [
-        f"    {m.host_path} -> {m.container_path}{' (read-only)' if m.read_only else ''}"
+    mounts = [
+        f"{m.host_path} -> {m.container_path}{' (read-only)' if m.read_only else ''}"
         for m in response.mounts
     ]
-    lines.append("  device specs:")
-    lines += [
-        f"    {d.host_path} -> {d.container_path} ({d.permissions or 'no permissions'})"
+    specs = [
+        f"{d.host_path} -> {d.container_path} ({d.permissions or 'no permissions'})"
         for d in response.devices
     ]
-    lines.append("  annotations:")
-    lines += [f"    {k}={v}" for k, v in sorted(response.annotations.items())]
-    lines.append("  CDI devices:")
-    lines += [f"    {name}" for name in response.cdi_devices]
-    return lines
+    return [
+        *_section("envs", [f"{k}={v}" for k, v in sorted(response.envs.items())]),
+        *_section("mounts", mounts),
+        *_section("device specs", specs),
+        *_section("annotations", [f"{k}={v}" for k, v in sorted(response.annotations.items())]),
+        *_section("CDI devices", list(response.cdi_devices)),
+    ]
 
 
 def render_text(report: InspectReport) -> str:

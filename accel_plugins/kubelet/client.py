@@ -25,8 +25,13 @@ DEFAULT_TIMEOUT = 5.0
 
 
 def unix_target(socket_path: Path) -> str:
-    """The gRPC target string for a unix socket path (always absolute)."""
-    return f"unix://{Path(socket_path).absolute()}"
+    """The gRPC target for a unix socket; a relative path stays relative to the cwd.
+
+    Keeping it relative lets a caller reach a socket whose absolute path is over
+    the 107-byte sun_path limit by running from its directory.
+    """
+    path = Path(socket_path)
+    return f"unix://{path}" if path.is_absolute() else f"unix:{path}"
 
 
 class PluginClient:

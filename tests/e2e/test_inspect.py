@@ -12,8 +12,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from accel_plugins.inspect import InspectError, inspect_plugin, render_json, render_text
-from accel_plugins.kubelet import DeviceState, PluginOptions
+from accel_plugins.inspect import (
+    DryRun,
+    InspectError,
+    InspectReport,
+    inspect_plugin,
+    render_json,
+    render_text,
+)
+from accel_plugins.kubelet import ContainerResponse, DeviceState, PluginOptions
 from accel_plugins.kubelet.client import unix_target
 from tests.kubelet_fixtures import MakePlugin
 
@@ -263,3 +270,36 @@ async def test_cli_error_is_one_line_and_exit_1(refused_socket: Path) -> None:
     assert out == ""
     assert err.strip().count("\n") == 0
     assert "nobody is listening" in err
+
+
+async def test_relative_socket_path(
+    make_plugin: MakePlugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin = await make_plugin(DEVICES)
+    monkeypatch.chdir(plugin.socket_path.parent)
+
+    report = await inspect_plugin(Path(plugin.socket_path.name))
+
+    assert report.total == 4
+
+
+def test_empty_response_sections_say_none() -> None:
+    report = InspectReport(
+        socket=Path("/x.sock"),
+        options=PluginOptions(),
+        devices=(DeviceState("a"),),
+        dry_run=DryRun(1, False, ("a",), ContainerResponse(envs={"A": "1"})),
+    )
+
+    assert render_text(report).splitlines()[-10:] == [
+        "  envs:",
+        "    A=1",
+        "  mounts:",
+        "    (none)",
+        "  device specs:",
+        "    (none)",
+        "  annotations:",
+        "    (none)",
+        "  CDI devices:",
+        "    (none)",
+    ]
