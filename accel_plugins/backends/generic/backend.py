@@ -77,6 +77,7 @@ class GenericBackend:
             grace=self.settings.vanished_grace, in_use=in_use, clock=clock
         )
         self._cdi_written: dict[str, Mapping[str, Device]] = {}
+        self._feed: ChangeFeed | None = None
         self.scans = 0
 
     def resource(self, name: str) -> str:
@@ -127,8 +128,13 @@ class GenericBackend:
                 continue
             self._cdi_written[kind] = devices
 
+    def rescan(self) -> None:
+        """Scan again now (when running), as if a device event had arrived."""
+        if self._feed is not None:
+            self._feed.signal(Wakeup.REQUEST)
+
     async def run(self, publish: Publish) -> None:
-        feed = ChangeFeed()
+        feed = self._feed = ChangeFeed()
         try:
             if self._discovery.uses_udev:
                 feed.start_udev(self.settings.udev_source, self._uevent_subsystems())
@@ -147,6 +153,7 @@ class GenericBackend:
                     feed.signal(Wakeup.INOTIFY)
                 reason = await feed.wait(self.settings.rescan_interval)
         finally:
+            self._feed = None
             feed.close()
 
 

@@ -1,0 +1,190 @@
+"""The generic backend behind the real framework, against the kubelet emulator.
+
+Device nodes are made with mknod under a fake host /dev; everything between
+them and the kubelet (manager, gRPC servers, registration, ListAndWatch,
+Allocate) is the real thing over unix sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from accel_plugins.backends.generic.backend import GenericBackend
+from accel_plugins.backends.generic.config import parse_config
+from accel_plugins.backends.generic.discovery import device_id
+from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from tests.framework_fixtures import StartManager
+from tests.generic_fixtures import FakeHost
+
+SERIAL = "accel-plugins.io/serial"
+KVM = "accel-plugins.io/kvm"
+
+CONFIG = """
+devices:
+  - name: serial
+    groups:
+      - paths:
+          - {path: /dev/ttyUSB*, mountPath: /dev/serial/, permissions: rw}
+  - name: kvm
+    groups:
+      - count: 3
+        paths:
+          - {path: /dev/kvm}
+          - {path: MODELS, mountPath: /models, type: Mount, readOnly: true}
+"""
+
+TTY0 = device_id(0, ["/dev/ttyUSB0"])
+TTY1 = device_id(0, ["/dev/ttyUSB1"])
+
+
+def factory(host: FakeHost, tmp_path: Path, **kwargs: Any) -> Any:
+    models = tmp_path / "models"
+    models.mkdir(exist_ok=True)
+    config = parse_config(textwrap.dedent(CONFIG).replace("MODELS", str(models)), "e2e.yaml")
+    in_use = kwargs.pop("in_use", None)
+    settings = host.settings(**kwargs)
+    return lambda: GenericBackend(config, settings, in_use=in_use)
+
+
+async def test_devices_register_and_allocate(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB1")
+    fake_host.node("/dev/kvm", major=10, minor=232)
+    await start_manager(factory(fake_host, tmp_path))
+    serial = await kubelet.wait_for_resource(SERIAL, allocatable=2)
+    assert serial.healthy == sorted([TTY0, TTY1])
+    kvm = await kubelet.wait_for_resource(KVM, allocatable=3)
+    kvm_ids = kvm.healthy
+
+    record = await kubelet.allocate("pod", "main", SERIAL, 1)
+    (tty,) = record.device_ids
+    host_path = "/dev/ttyUSB0" if tty == TTY0 else "/dev/ttyUSB1"
+    assert record.response.devices == (
+        DeviceSpec(f"/dev/serial/{host_path.rsplit('/', 1)[1]}", host_path, "rw"),
+    )
+    assert record.response.mounts == ()
+    assert record.response.cdi_devices == ()
+
+    shared = await kubelet.allocate("pod", "main", KVM, 2)
+    assert set(shared.device_ids) <= set(kvm_ids)
+    # Two replicas of the same node: the container gets it (and the mount) once.
+    assert shared.response.devices == (DeviceSpec("/dev/kvm", "/dev/kvm", "mrw"),)
+    assert shared.response.mounts == (MountSpec("/models", str(tmp_path / "models"), True),)
+
+
+async def test_hotplug_health_flip_and_recovery(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    await start_manager(factory(fake_host, tmp_path))
+    await kubelet.wait_for_resource(SERIAL, allocatable=1)
+
+    fake_host.node("/dev/ttyUSB1")  # plugged in
+    view = await kubelet.wait_for_resource(SERIAL, allocatable=2)
+    assert view.healthy == sorted([TTY0, TTY1])
+
+    fake_host.remove("/dev/ttyUSB1")  # unplugged
+    await kubelet.wait_for(lambda k: k.resources[SERIAL].unhealthy == [TTY1])
+
+    fake_host.regular_file("/dev/ttyUSB1")  # something else took its name
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.regular_file("/dev/ttyUSB0")
+    await kubelet.wait_for(lambda k: k.resources[SERIAL].unhealthy == sorted([TTY0, TTY1]))
+
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB0")  # back, same name, same ID
+    await kubelet.wait_for(lambda k: k.resources[SERIAL].healthy == [TTY0])
+
+
+async def test_an_unplugged_device_stays_listed_until_its_pod_lets_go(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    def in_use(resource: str) -> Collection[str]:
+        return {i for r in kubelet.allocations if r.resource == resource for i in r.device_ids}
+
+    fake_host.node("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB1")
+    backends: list[GenericBackend] = []
+    make = factory(fake_host, tmp_path, in_use=in_use)
+
+    def build() -> GenericBackend:
+        backends.append(make())
+        return backends[-1]
+
+    await start_manager(build)
+    await kubelet.wait_for_resource(SERIAL, allocatable=2)
+    record = await kubelet.allocate("pod", "main", SERIAL, 1)
+    (held,) = record.device_ids
+    free = TTY1 if held == TTY0 else TTY0
+
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.remove("/dev/ttyUSB1")
+    await kubelet.wait_for(lambda k: list(k.resources[SERIAL].devices) == [held])
+    assert kubelet.resources[SERIAL].unhealthy == [held]
+    assert free not in kubelet.resources[SERIAL].devices
+
+    kubelet.release("pod")
+    backends[-1].rescan()
+    await kubelet.wait_for(lambda k: k.resources[SERIAL].capacity == 0)
+
+
+async def test_restarts_keep_the_device_ids(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    fake_host.node("/dev/kvm", major=10, minor=232)
+    running = await start_manager(factory(fake_host, tmp_path))
+    await kubelet.wait_for_resource(SERIAL, allocatable=1)
+    before = {r: sorted(kubelet.resources[r].devices) for r in (SERIAL, KVM)}
+    record = await kubelet.allocate("pod", "main", SERIAL, 1)
+
+    await kubelet.restart()  # the kubelet restarts: the plugin registers again
+    await kubelet.wait_for(lambda k: len(k.registrations) >= 4)
+    await kubelet.wait_for_resource(SERIAL, allocatable=1)
+    assert sorted(kubelet.resources[SERIAL].devices) == before[SERIAL]
+
+    await running.manager.stop()  # the plugin restarts (a new process would do the same)
+    await start_manager(factory(fake_host, tmp_path))
+    await kubelet.wait_for(lambda k: len(k.registrations) >= 6)
+    await kubelet.wait_for_resource(KVM, allocatable=3)
+    assert {r: sorted(kubelet.resources[r].devices) for r in (SERIAL, KVM)} == before
+    assert [r.device_ids for r in kubelet.allocations] == [record.device_ids]
+
+
+async def test_cdi_spec_and_response_agree(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    cdi_dir = tmp_path / "cdi"
+    fake_host.node("/dev/ttyUSB0")
+    await start_manager(factory(fake_host, tmp_path, cdi_spec_dir=cdi_dir))
+    await kubelet.wait_for_resource(SERIAL, allocatable=1)
+    record = await kubelet.allocate("pod", "main", SERIAL, 1)
+    assert record.response.cdi_devices == (f"{SERIAL}={TTY0}",)
+    assert record.response.devices == (DeviceSpec("/dev/serial/ttyUSB0", "/dev/ttyUSB0", "rw"),)
+
+    spec = json.loads((cdi_dir / "accel-plugins.io-serial.json").read_text())
+    assert spec == {
+        "cdiVersion": "0.5.0",
+        "kind": SERIAL,
+        "devices": [
+            {
+                "name": TTY0,
+                "containerEdits": {
+                    "deviceNodes": [
+                        {
+                            "path": "/dev/serial/ttyUSB0",
+                            "hostPath": "/dev/ttyUSB0",
+                            "permissions": "rw",
+                        }
+                    ]
+                },
+            }
+        ],
+    }

@@ -1,0 +1,141 @@
+"""GenericBackend.run: the trees it publishes as nodes come, go and change (inotify-driven)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from accel_plugins.backends.generic.backend import GenericBackend
+from accel_plugins.backends.generic.config import parse_config
+from accel_plugins.backends.generic.discovery import device_id
+from accel_plugins.plugin.device import DeviceTree
+from tests.generic_fixtures import FakeHost, RunBackend
+
+SERIAL = "accel-plugins.io/serial"
+AUDIO = "accel-plugins.io/audio"
+
+CONFIG = """
+devices:
+  - name: serial
+    groups: [{paths: [{path: /dev/ttyUSB*}]}]
+  - name: audio
+    groups: [{count: 2, paths: [{path: /dev/snd/pcm*}]}]
+"""
+
+
+def backend(host: FakeHost, text: str = CONFIG, **settings: Any) -> GenericBackend:
+    return GenericBackend(parse_config(textwrap.dedent(text)), host.settings(**settings))
+
+
+def health(tree: DeviceTree, resource: str) -> dict[str, str]:
+    return {i: d.health.value for i, d in tree[resource].items()}
+
+
+ID0 = device_id(0, ["/dev/ttyUSB0"])
+ID1 = device_id(0, ["/dev/ttyUSB1"])
+
+
+async def test_publishes_every_resource_at_once(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(backend(fake_host))
+    assert health(published.last, SERIAL) == {ID0: "Healthy"}
+    assert published.last[AUDIO] == {}
+
+
+async def test_hotplug_in_and_out_and_back(fake_host: FakeHost, run_backend: RunBackend) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(backend(fake_host))
+
+    fake_host.node("/dev/ttyUSB1")
+    tree = await published.wait_for(lambda t: ID1 in t[SERIAL])
+    assert health(tree, SERIAL) == {ID0: "Healthy", ID1: "Healthy"}
+
+    fake_host.remove("/dev/ttyUSB1")
+    tree = await published.wait_for(lambda t: not t[SERIAL][ID1].healthy)
+    assert health(tree, SERIAL) == {ID0: "Healthy", ID1: "Unhealthy"}
+
+    fake_host.node("/dev/ttyUSB1")
+    await published.wait_for(lambda t: t[SERIAL][ID1].healthy)
+
+
+async def test_a_node_that_stops_being_a_device_turns_unhealthy(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(backend(fake_host))
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.regular_file("/dev/ttyUSB0")
+    await published.wait_for(lambda t: health(t, SERIAL) == {ID0: "Unhealthy"})
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB0")
+    await published.wait_for(lambda t: health(t, SERIAL) == {ID0: "Healthy"})
+
+
+async def test_a_directory_that_appears_later_is_watched(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    published = await run_backend(backend(fake_host))
+    fake_host.node("/dev/snd/pcmC0D0p")  # creates /dev/snd, then the node in it
+    tree = await published.wait_for(lambda t: len(t[AUDIO]) == 2)
+    assert {d.nodes[0].host_path for d in tree[AUDIO].values()} == {"/dev/snd/pcmC0D0p"}
+    fake_host.node("/dev/snd/pcmC0D1p")
+    await published.wait_for(lambda t: len(t[AUDIO]) == 4)
+
+
+async def test_vanished_devices_are_dropped_after_the_grace_period(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    now = [0.0]
+    serial = GenericBackend(
+        parse_config(textwrap.dedent(CONFIG)),
+        fake_host.settings(vanished_grace=30),
+        clock=lambda: now[0],
+    )
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(serial)
+    fake_host.remove("/dev/ttyUSB0")
+    await published.wait_for(lambda t: health(t, SERIAL) == {ID0: "Unhealthy"})
+    now[0] = 30.0
+    serial.rescan()
+    await published.wait_for(lambda t: t[SERIAL] == {})
+
+
+async def test_changes_without_a_file_event_are_found_by_the_anchor_rescan(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    dev = fake_host.node("/dev/ttyUSB0")
+    usb = fake_host.sys_device("pci0000:00/0000:00:14.0", {"numa_node": "-1"})
+    fake_host.sys_device("pci0000:00/0000:00:14.0/ttyUSB0", dev=dev)
+    published = await run_backend(backend(fake_host, rescan_interval=0.05))
+    assert published.last[SERIAL][ID0].numa_nodes == ()
+    (usb / "numa_node").write_text("1\n")  # sysfs is not watched; the timer is the net
+    await published.wait_for(lambda t: t[SERIAL][ID0].numa_nodes == (1,))
+
+
+async def test_cdi_names_and_spec_files(
+    fake_host: FakeHost, run_backend: RunBackend, tmp_path: Path
+) -> None:
+    cdi_dir = tmp_path / "cdi"
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(backend(fake_host, cdi_spec_dir=cdi_dir))
+    assert published.last[SERIAL][ID0].cdi_devices == (f"{SERIAL}={ID0}",)
+    spec = json.loads((cdi_dir / "accel-plugins.io-serial.json").read_text())
+    assert spec["kind"] == SERIAL
+    assert [d["name"] for d in spec["devices"]] == [ID0]
+    assert not (cdi_dir / "accel-plugins.io-audio.json").exists()  # no devices, no spec
+
+    fake_host.node("/dev/ttyUSB1")
+    await published.wait_for(lambda t: ID1 in t[SERIAL])
+    spec = json.loads((cdi_dir / "accel-plugins.io-serial.json").read_text())
+    assert sorted(d["name"] for d in spec["devices"]) == sorted([ID0, ID1])
+
+
+async def test_the_domain_prefixes_resource_names(
+    fake_host: FakeHost, run_backend: RunBackend
+) -> None:
+    published = await run_backend(backend(fake_host, domain="squat.ai"))
+    assert sorted(published.last) == ["squat.ai/audio", "squat.ai/serial"]
