@@ -152,9 +152,12 @@ class Kubelet:
         )
 
     def _event(self, line: str) -> None:
-        log.info("%s", line)
+        # With a sink the caller shows the line; logging it too would print it twice.
         if self._on_event is not None:
+            log.debug("%s", line)
             self._on_event(line)
+        else:
+            log.info("%s", line)
 
     def _notify(self) -> None:
         # Waking every waiter and starting a new generation: nothing can be missed

@@ -9,6 +9,14 @@ from types import MappingProxyType
 from accel_plugins.kubelet.endpoint import Endpoint
 from accel_plugins.kubelet.model import UNHEALTHY, DeviceState, PluginOptions
 
+_LISTED = 4
+
+
+def _some(items: Sequence[str]) -> str:
+    """The first few items and how many more, so one event stays one readable line."""
+    shown = ", ".join(items[:_LISTED])
+    return shown if len(items) <= _LISTED else f"{shown} and {len(items) - _LISTED} more"
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceView:
@@ -82,11 +90,11 @@ class ResourceState:
         self.updates += 1
         parts = [f"{len(new)} devices ({sum(d.healthy for d in new.values())} healthy)"]
         if added:
-            parts.append("added " + ", ".join(added))
+            parts.append("added " + _some(added))
         if removed:
-            parts.append("removed " + ", ".join(removed))
+            parts.append("removed " + _some(removed))
         if changed:
-            parts.append("health " + ", ".join(f"{i}={new[i].health}" for i in changed))
+            parts.append("health " + _some([f"{i}={new[i].health}" for i in changed]))
         return "; ".join(parts)
 
     def disconnect(self) -> None:

@@ -101,3 +101,13 @@ async def test_stop_closes_streams_and_is_idempotent(
 
     assert not kubelet.running
     assert not kubelet.resources[RESOURCE].connected
+
+
+async def test_events_list_a_few_devices_and_count_the_rest(
+    kubelet: Kubelet, make_plugin: MakePlugin, kubelet_events: list[str]
+) -> None:
+    plugin = await make_plugin(widgets(6))
+
+    await register(kubelet, plugin)
+
+    assert f"{RESOURCE}: 6 devices (6 healthy); added w0, w1, w2, w3 and 2 more" in kubelet_events
