@@ -4,11 +4,14 @@ Add a line per fixture module; do not remove other areas' lines.
 """
 
 from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
-from tests.generic_fixtures import fake_host, run_backend, write_config
+from tests.generic_fixtures import fake_host, run_backend, umockdev_harness, write_config
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
+from tests.nvidia_fixtures import fake_nvml, fake_nvml_library, run_nvidia
 
 __all__ = [
     "fake_host",
+    "fake_nvml",
+    "fake_nvml_library",
     "kubelet",
     "kubelet_dir",
     "kubelet_events",
@@ -16,7 +19,9 @@ __all__ = [
     "make_plugin",
     "plugin_dir",
     "run_backend",
+    "run_nvidia",
     "serve_plugin",
     "start_manager",
+    "umockdev_harness",
     "write_config",
 ]
