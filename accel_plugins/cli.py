@@ -192,11 +192,21 @@ def _run_kubelet(args: argparse.Namespace) -> int:
     from accel_plugins.kubelet import serve as serve_kubelet
 
     plugin_dir: Path = args.plugin_dir
+    socket: Path | None = args.kubelet_socket
+    if socket is not None and socket.parent != plugin_dir:
+        # Plugins name their endpoint relative to the kubelet socket's directory.
+        raise ConfigError("--kubelet-socket", "", f"{socket} must be inside --plugin-dir")
+
+    def echo(line: str) -> None:
+        print(line, flush=True)
 
     async def main() -> None:
         task = asyncio.ensure_future(
             serve_kubelet(
-                plugin_dir, pod_resources_socket=args.pod_resources_socket, on_event=print
+                plugin_dir,
+                pod_resources_socket=args.pod_resources_socket,
+                on_event=echo,
+                socket_name=socket.name if socket else "kubelet.sock",
             )
         )
         loop = asyncio.get_running_loop()
@@ -205,7 +215,6 @@ def _run_kubelet(args: argparse.Namespace) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    print(f"kubelet emulator: registration socket {plugin_dir / 'kubelet.sock'}", flush=True)
     asyncio.run(main())
     return 0
 
