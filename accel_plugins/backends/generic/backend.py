@@ -95,7 +95,10 @@ class GenericBackend:
                 if group.usb:
                     wanted.add("usb")
                 for matcher in group.udev:
-                    if not matcher.subsystem or any(c in matcher.subsystem for c in "*?["):
+                    # An ancestor's attribute may change under any subsystem.
+                    if matcher.attributes or not matcher.subsystem:
+                        return None
+                    if any(c in matcher.subsystem for c in "*?["):
                         return None
                     wanted.add(matcher.subsystem)
         return wanted
