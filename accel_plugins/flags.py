@@ -63,7 +63,12 @@ def add_flag(
                 )
             break
     shown = " / ".join(f"${n}" for n in names)
-    extra = f" (env {shown}; default {default!r})" if source is None else f" (env {shown}, set)"
+    if source is not None:
+        extra = f" (env {shown}, set)"
+    elif default is None or default == "":
+        extra = f" (env {shown})"
+    else:
+        extra = f" (env {shown}; default {default})"
     extra_kwargs: dict[str, Any] = {}
     if type is parse_bool:
         # `--pass-device-specs` alone means true, as Go's boolean flags do.
