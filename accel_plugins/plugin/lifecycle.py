@@ -127,6 +127,13 @@ class ResourcePlugin:
         self._register_task = asyncio.create_task(
             self._register_until_accepted(), name=f"register {self.resource}"
         )
+        self._register_task.add_done_callback(self._report_crash)
+
+    def _report_crash(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "resource %s: registration loop crashed", self.resource, exc_info=task.exception()
+            )
 
     def kick(self) -> None:
         """The kubelet socket appeared: retry a pending registration at once."""

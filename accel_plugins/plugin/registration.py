@@ -37,6 +37,8 @@ async def register(
                 f"kubelet at {kubelet_socket} refused {resource} "
                 f"({exc.code().name}: {exc.details()})"
             ) from exc
+        except OSError as exc:
+            raise RegistrationError(f"cannot reach the kubelet at {kubelet_socket}: {exc}") from exc
 
 
 @dataclass
