@@ -83,6 +83,13 @@ def simulated_backend(
     return backend, nvml
 
 
+async def watching(backend: NvidiaBackend, timeout: float = 5.0) -> None:
+    """Return once the backend's health thread has registered every GPU for events."""
+    assert backend.monitor is not None, "the backend has not published its first tree"
+    async with asyncio.timeout(timeout):
+        await backend.monitor.ready.wait()
+
+
 class TreeRecorder:
     """A ``publish`` callback that keeps every tree and wakes waiters."""
 

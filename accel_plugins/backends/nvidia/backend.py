@@ -44,6 +44,11 @@ class NvidiaBackend:
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
 
+    @property
+    def monitor(self) -> HealthMonitor | None:
+        """The running health monitor (None before the first tree or when not running)."""
+        return self._monitor
+
     def build(self, node: Node) -> dict[str, list[Device]]:
         """Resources for ``node`` under the MIG strategy and time-slicing config."""
         minors = self._mig_minors

@@ -134,10 +134,17 @@ class HealthMonitor:
         self._probes: set[asyncio.Future[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._mig_parent = {m.uuid: g.uuid for g in gpus for m in g.migs}
+        self.ready = asyncio.Event()
+        """Set once every GPU is registered for events (or at once when checks are off)."""
 
     @property
     def faults(self) -> Mapping[str, Fault]:
         return dict(self._faults)
+
+    @property
+    def pending_recoveries(self) -> list[str]:
+        """Units with a recovery check scheduled (none when recovery is disabled)."""
+        return sorted(self._timers)
 
     def parent_of(self, unit: str) -> str | None:
         return self._mig_parent.get(unit)
@@ -148,6 +155,7 @@ class HealthMonitor:
         self._loop = asyncio.get_running_loop()
         if not self._policy.watching:
             log.info("XID health checks are disabled (DP_DISABLE_HEALTHCHECKS)")
+            self.ready.set()
             await asyncio.Event().wait()
         thread = threading.Thread(target=self._watch, name="nvml-health", daemon=True)
         thread.start()
@@ -266,9 +274,13 @@ class HealthMonitor:
         except NvmlError as exc:
             log.error("cannot create an NVML event set, every GPU is Unhealthy: %s", exc)
             self._report(self._gpus, f"no health events: {exc}")
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.ready.set)
             return
         try:
             self._register(events)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self.ready.set)
             while not self._stop.is_set():
                 try:
                     event = events.wait(self._wait_ms)

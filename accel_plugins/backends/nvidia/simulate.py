@@ -95,6 +95,12 @@ class SimulatedNvml:
             self.shutdown_calls += 1
 
     @property
+    def event_sets(self) -> int:
+        """How many event sets are open (a health thread holds one)."""
+        with self._cond:
+            return len(self._sets)
+
+    @property
     def initialized(self) -> bool:
         return self._refcount > 0
 
