@@ -172,7 +172,8 @@ def link_matrix(
             if i == j:
                 row.append("X")
                 continue
-            links = remotes[i].count(bus_ids[j])
+            # A link counts once even if only one end reports it: the matrix stays symmetric.
+            links = max(remotes[i].count(bus_ids[j]), remotes[j].count(bus_ids[i]))
             if switch[i] and switch[j]:
                 links += min(switch[i], switch[j])
             if links:
