@@ -1,0 +1,243 @@
+"""`accel-plugins demo`: a real plugin and an emulated kubelet, on any Linux machine.
+
+Everything runs in this process over real unix sockets in a temp dir: the
+kubelet emulator, the framework's manager and gRPC servers, and the generic
+backend on a built-in config of nodes every Linux machine has (/dev/null,
+/dev/zero, /dev/full, /dev/random, /dev/urandom). The config names them by
+their host paths; ``dev_root`` says where this process sees the host's /dev
+(the real one by default), exactly as ``--dev-root`` does for the plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+from accel_plugins.backends.generic.config import parse_config
+from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.kubelet import AllocationRecord, Kubelet
+from accel_plugins.metrics import MetricsServer, new_registry
+from accel_plugins.plugin.manager import Manager, ManagerSettings
+
+DEMO_CONFIG = """\
+devices:
+  # /dev/null, shareable: 4 pods may hold it at once.
+  - name: dev-null
+    groups:
+      - count: 4
+        paths:
+          - path: /dev/null
+            permissions: rw
+  # A glob: /dev/random and /dev/urandom are one device each, read-only.
+  - name: random
+    groups:
+      - paths:
+          - path: /dev/*random
+            permissions: r
+  # Two paths zipped into one device: /dev/zero with /dev/full, twice.
+  - name: zero-full
+    groups:
+      - count: 2
+        paths:
+          - path: /dev/zero
+          - path: /dev/full
+            mountPath: /dev/disk-full
+"""
+
+# (resource, how many) for the demo pod's one container.
+DEMO_REQUEST = (("accel-plugins.io/dev-null", 2), ("accel-plugins.io/zero-full", 1))
+
+
+class _Printer:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def __call__(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def section(self, title: str) -> None:
+        self()
+        self(f"== {title} " + "=" * max(0, 66 - len(title)))
+
+
+@contextlib.contextmanager
+def _quiet_logs() -> Iterator[None]:
+    """Keep info logs from interleaving with the walkthrough (debug stays if asked)."""
+    logger = logging.getLogger("accel_plugins")
+    old = logger.level
+    if logger.getEffectiveLevel() > logging.DEBUG:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def _short(device_id: str) -> str:
+    return device_id[:12]
+
+
+async def _scrape(host: str, port: int) -> list[str]:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: demo\r\n\r\n")
+    await writer.drain()
+    body = (await reader.read()).decode()
+    writer.close()
+    await writer.wait_closed()
+    return [line for line in body.splitlines() if line.startswith("accel_plugins_devices{")]
+
+
+def _print_allocation(say: _Printer, record: AllocationRecord) -> None:
+    ids = ", ".join(map(_short, record.device_ids))
+    say(f"  {record.resource} x{len(record.device_ids)}: {ids}")
+    response = record.response
+    for spec in response.devices:
+        say(f"    device  {spec.host_path} -> {spec.container_path} ({spec.permissions})")
+    for mount in response.mounts:
+        ro = "ro" if mount.read_only else "rw"
+        say(f"    mount   {mount.host_path} -> {mount.container_path} ({ro})")
+    for name, value in sorted(response.envs.items()):
+        say(f"    env     {name}={value}")
+    for cdi in response.cdi_devices:
+        say(f"    cdi     {cdi}")
+
+
+async def run_demo(
+    *,
+    once: bool,
+    out: TextIO,
+    dev_root: Path = Path("/dev"),
+    metrics_host: str = "127.0.0.1",
+) -> int:
+    """Walk through registration, devices, an allocation and metrics; then serve.
+
+    With ``once`` it returns after the walkthrough; otherwise it keeps serving
+    and printing the kubelet's events until cancelled (Ctrl-C).
+    """
+    say = _Printer(out)
+    config = parse_config(DEMO_CONFIG, "<built-in demo config>")
+    # Directly under /tmp: unix socket paths must stay under 108 bytes.
+    workdir = Path(tempfile.mkdtemp(prefix="accel-demo-", dir="/tmp"))
+    plugin_dir = workdir / "device-plugins"
+    live = False
+
+    def on_event(line: str) -> None:
+        if live:
+            say(f"  kubelet: {line}")
+
+    settings = GenericSettings(
+        dev_root=dev_root,
+        cdi_spec_dir=workdir / "cdi",
+        udev_source=UdevSource.OFF,  # path globs only; inotify covers them
+    )
+    manager = Manager(
+        lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir)
+    )
+    metrics = MetricsServer(new_registry(manager.status), manager.status)
+    kubelet = Kubelet(
+        plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
+    )
+    say("accel-plugins demo: the generic /dev plugin and an emulated kubelet, in one process")
+    say(f"  working directory   {workdir}")
+    say(f"  kubelet socket      {kubelet.socket_path}")
+    say(f"  pod resources API   {kubelet.pod_resources_socket}")
+    say(f"  built-in config (host paths; this process sees the host's /dev at {dev_root}):")
+    for line in DEMO_CONFIG.splitlines():
+        say(f"    {line}")
+    running: asyncio.Task[None] | None = None
+    with _quiet_logs():
+        try:
+            await kubelet.start()
+            running = asyncio.create_task(manager.run(), name="demo manager")
+            names = [f"{settings.domain}/{spec.name}" for spec in config.devices]
+            for name in names:
+                await kubelet.wait_for_resource(name, timeout=10)
+
+            say.section("Registration")
+            for reg in kubelet.registrations:
+                opts = reg.options
+                say(
+                    f"  {reg.resource_name:<28} endpoint {reg.endpoint}  "
+                    f"(API {reg.version}, preferred allocation "
+                    f"{'yes' if opts.get_preferred_allocation_available else 'no'}, "
+                    f"pre-start {'yes' if opts.pre_start_required else 'no'})"
+                )
+
+            say.section("Devices (as the kubelet sees them)")
+            for name in names:
+                view = kubelet.resources[name]
+                say(f"  {name}: {view.allocatable} allocatable of {view.capacity}")
+                tree = manager.tree.get(name, {})
+                for device_id, state in sorted(view.devices.items()):
+                    device = tree.get(device_id)
+                    paths = ", ".join(n.host_path for n in device.nodes) if device else "?"
+                    numa = ",".join(map(str, state.numa_nodes)) or "-"
+                    say(f"    {_short(device_id)}  {state.health:<9}  numa {numa:<3}  {paths}")
+
+            say.section("Allocation for pod default/demo-pod, container app")
+            for name, count in DEMO_REQUEST:
+                record = await kubelet.allocate("demo-pod", "app", name, count)
+                _print_allocation(say, record)
+            say(f"  CDI specs written to {settings.cdi_spec_dir}:")
+            for spec_file in sorted(p.name for p in (workdir / "cdi").glob("*.json")):
+                say(f"    {spec_file}")
+
+            say.section("Metrics")
+            host, port = await metrics.start(metrics_host, 0)
+            say(f"  Prometheus metrics at http://{host}:{port}/metrics (health: /healthz)")
+            for line in await _scrape(host, port):
+                say(f"    {line}")
+
+            if once:
+                say()
+                say("done (--once); cleaning up")
+                return 0
+            say.section("Serving")
+            say("  The plugin stays up; try, from another terminal:")
+            say(f"    accel-plugins inspect {plugin_dir / kubelet.registrations[0].endpoint}")
+            say("  kubelet events follow; Ctrl-C stops.")
+            live = True
+            await _until_signal(running)
+            say("stopping")
+            return 0
+        finally:
+            live = False
+            await metrics.stop()
+            await manager.stop()
+            if running is not None:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+            await kubelet.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _until_signal(task: asyncio.Task[None]) -> None:
+    """Wait for SIGINT/SIGTERM (or the task ending); a clean stop removes the temp dir."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        waiter = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({waiter, task}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+def demo_config_text() -> str:
+    """The built-in config, for documentation."""
+    return textwrap.dedent(DEMO_CONFIG)
