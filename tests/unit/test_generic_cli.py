@@ -1,0 +1,157 @@
+"""`accel-plugins generic` flags, env twins and the backend factory."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from accel_plugins.backends.generic import cli
+from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.errors import ConfigError
+from tests.generic_fixtures import REPO, WriteConfig
+
+GOOD = "devices: [{name: kvm, groups: [{paths: [{path: /dev/kvm}]}]}]\n"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults() -> None:
+    args = parse("--config", "c.yaml")
+    assert cli.settings_from_args(args) == GenericSettings(
+        domain="accel-plugins.io",
+        dev_root=Path("/dev"),
+        sys_root=Path("/sys"),
+        cdi_spec_dir=None,
+        udev_source=UdevSource.AUTO,
+        rescan_interval=5.0,
+        vanished_grace=300.0,
+    )
+
+
+def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "ACCEL_PLUGINS_CONFIG": "/etc/accel/generic.yaml",
+        "ACCEL_PLUGINS_DOMAIN": "squat.ai",
+        "ACCEL_PLUGINS_DEV_ROOT": "/host/dev",
+        "ACCEL_PLUGINS_SYS_ROOT": "/host/sys",
+        "ACCEL_PLUGINS_CDI_SPEC_DIR": "/var/run/cdi",
+        "ACCEL_PLUGINS_UDEV_SOURCE": "kernel",
+        "ACCEL_PLUGINS_RESCAN_INTERVAL": "2.5",
+        "ACCEL_PLUGINS_VANISHED_GRACE": "60",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = parse()
+    assert args.config == "/etc/accel/generic.yaml"
+    assert cli.settings_from_args(args) == GenericSettings(
+        domain="squat.ai",
+        dev_root=Path("/host/dev"),
+        sys_root=Path("/host/sys"),
+        cdi_spec_dir=Path("/var/run/cdi"),
+        udev_source=UdevSource.KERNEL,
+        rescan_interval=2.5,
+        vanished_grace=60.0,
+    )
+    # The command line wins over the environment.
+    assert cli.settings_from_args(parse("--domain", "example.com")).domain == "example.com"
+
+
+BAD_FLAGS = [
+    pytest.param(
+        ["--domain", "Example.COM"],
+        "--domain: 'Example.COM' is not a DNS-1123 subdomain",
+        id="domain-not-lowercase",
+    ),
+    pytest.param(
+        ["--domain", "kubernetes.io"],
+        "--domain: 'kubernetes.io' is reserved for Kubernetes' own resources",
+        id="domain-reserved",
+    ),
+    pytest.param(
+        ["--rescan-interval", "0"],
+        "--rescan-interval: must be a positive number of seconds, got 0.0",
+        id="zero-interval",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_FLAGS)
+def test_bad_flags(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        cli.settings_from_args(parse("--config", "c.yaml", *argv))
+    assert str(caught.value).startswith(message)
+
+
+def test_config_is_required() -> None:
+    with pytest.raises(ConfigError) as caught:
+        cli.backend_factory(parse())
+    assert str(caught.value) == (
+        "--config: required: the devices to expose (or set ACCEL_PLUGINS_CONFIG)"
+    )
+
+
+def test_a_bad_config_fails_before_any_backend_exists(write_config: WriteConfig) -> None:
+    path = write_config("devices: [{name: kvm, groups: [{paths: [{path: kvm}]}]}]\n")
+    with pytest.raises(ConfigError) as caught:
+        cli.backend_factory(parse("--config", str(path)))
+    assert str(caught.value) == (
+        f"{path}: devices[0].groups[0].paths[0].path: 'kvm' is not an absolute path"
+    )
+
+
+def test_the_factory_rereads_the_file_on_each_call(write_config: WriteConfig) -> None:
+    path = write_config(GOOD)
+    factory = cli.backend_factory(parse("--config", str(path)))
+    first = factory()
+    assert isinstance(first, GenericBackend)
+    assert first.resources == ["accel-plugins.io/kvm"]
+
+    write_config(GOOD.replace("kvm", "fuse"))  # what SIGHUP picks up
+    second = factory()
+    assert isinstance(second, GenericBackend)
+    assert second.resources == ["accel-plugins.io/fuse"]
+
+    write_config("devices: {}\n")  # a broken edit: the manager keeps the old backend
+    with pytest.raises(ConfigError, match=r"devices: expected a list, got a mapping"):
+        factory()
+
+
+async def test_the_command_exits_before_touching_the_kubelet(
+    write_config: WriteConfig, tmp_path: Path
+) -> None:
+    path = write_config(
+        "devices: [{name: a, groups: [{paths: [{path: /dev/a, permissions: rwx}]}]}]"
+    )
+    plugin_dir = tmp_path / "plugins"
+    plugin_dir.mkdir()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "accel_plugins.cli",
+        "generic",
+        "--config",
+        str(path),
+        "--plugin-dir",
+        str(plugin_dir),
+        "--metrics-address",
+        "",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    assert process.returncode == 2
+    field = "devices[0].groups[0].paths[0].permissions"
+    expected = f"{path}: {field}: 'rwx' has letters other than r, w, m"
+    assert stderr.decode().strip().endswith(expected)
+    assert list(plugin_dir.iterdir()) == []
