@@ -12,7 +12,7 @@ Device-list strategies (combinable, as in NVIDIA's plugin):
 - ``cdi-cri``: the same names in the response's ``cdi_devices`` field.
 
 ``<id>`` is the UUID or the index (``0``, or ``0:1`` for a MIG device) per
-the device-ID strategy. Replicas resolve to the GPU they share. With
+the device-ID strategy, listed in GPU index order. Replicas resolve to the GPU they share. With
 pass-device-specs the response also lists the device nodes under the driver
 root: each GPU's ``/dev/nvidiaN`` (the parent's for MIG, plus the MIG
 capability nodes), ``/dev/nvidiactl``, ``/dev/nvidia-uvm`` and
@@ -113,11 +113,17 @@ def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8
     return table
 
 
+def _position(device: Device) -> tuple[int, ...]:
+    index = str(device.topology.get("index", ""))
+    return tuple(int(p) for p in index.split(":") if p.isdigit())
+
+
 def runtime_ids(devices: Sequence[Device], id_strategy: str) -> list[str]:
-    """The IDs the container runtime sees, replicas folded onto their GPU, order kept."""
+    """The IDs the container runtime sees: in GPU index order (the kubelet's
+    request order is arbitrary), replicas folded onto their GPU."""
     key = "uuid" if id_strategy == "uuid" else "index"
     out: list[str] = []
-    for device in devices:
+    for device in sorted(devices, key=_position):
         value = str(device.topology.get(key, device.id))
         if value not in out:
             out.append(value)
@@ -150,7 +156,7 @@ def container_allocation(
         cdi = names
     nodes: list[DeviceNode] = []
     if settings.pass_device_specs:
-        for device in devices:
+        for device in sorted(devices, key=_position):
             nodes.extend(n for n in device.nodes if n not in nodes)
         nodes.extend(device_node(settings.driver_root, p) for p in CONTROL_NODES)
     return ContainerAllocation(
