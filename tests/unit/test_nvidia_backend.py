@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.backends.nvidia.backend import IdleBackend, NvidiaBackend, create_backend
-from accel_plugins.backends.nvidia.cli import add_arguments, backend_factory
+from accel_plugins.backends.nvidia.cli import add_arguments, backend_factory, simulated_backend
 from accel_plugins.backends.nvidia.config import (
+    NvidiaSettings,
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,
+    share_all,
 )
 from accel_plugins.backends.nvidia.errors import NvmlInitError
 from accel_plugins.backends.nvidia.resources import MigStrategyError
@@ -123,3 +125,12 @@ def test_cli_factory_maps_an_init_failure_per_flag(
         parse(["--nvml-library", missing, "--fail-on-init-error=false"]), environ={}
     )
     assert isinstance(lenient(), IdleBackend)
+
+
+async def test_demo_helper_serves_a_time_sliced_dgx(run_nvidia: RunNvidia) -> None:
+    backend = simulated_backend(
+        "dgx-h100", NvidiaSettings(time_slicing=share_all(4, rename_by_default=True))
+    )
+    recorder = await run_nvidia(backend)
+    assert list(recorder.latest) == ["nvidia.com/gpu.shared"]
+    assert len(recorder.latest["nvidia.com/gpu.shared"]) == 32

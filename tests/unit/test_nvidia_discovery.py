@@ -292,3 +292,5 @@ def test_a_lost_gpu_is_left_out_of_discovery() -> None:
         node = discover(nvml)
     assert [g.index for g in node.gpus] == [0, 1, 3]
     assert node.lost == (2,)
+    assert node.gpus[2].links == ("SYS", "SYS", "X")
+    assert node.gpus[2].peers == (0, 1, 3)

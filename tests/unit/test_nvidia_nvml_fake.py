@@ -50,6 +50,7 @@ def test_discovery_reads_every_field(fake_nvml: FakeNvml) -> None:
             numa_node=0,
             mig_enabled=False,
             links=("X", "NV4"),
+            peers=(0, 1),
         ),
         Gpu(
             index=1,
@@ -65,6 +66,7 @@ def test_discovery_reads_every_field(fake_nvml: FakeNvml) -> None:
                 MigDevice(MIG11, "1:1", "1g.10gb", 9, 0, 9728),
             ),
             links=("NV4", "X"),
+            peers=(0, 1),
         ),
     )
 

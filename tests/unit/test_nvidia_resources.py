@@ -117,6 +117,7 @@ def test_device_topology_carries_what_allocation_and_the_optimiser_read() -> Non
         "pci_bus_id": "0000:4e:00.0",
         "numa_node": 1,
         "links": ("NV4", "NV4", "NV4", "X"),
+        "link_peers": (0, 1, 2, 3),
     }
     mig = resources["nvidia.com/mig-3g.20gb"][0]
     assert mig.id.startswith("MIG-")

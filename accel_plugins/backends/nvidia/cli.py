@@ -18,7 +18,7 @@ from accel_plugins.backends.nvidia.config import (
     parse_device_list_strategy,
     resolve,
 )
-from accel_plugins.backends.nvidia.nvml import Nvml, Pynvml
+from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.backends.nvidia.profile import NodeProfile
 from accel_plugins.backends.nvidia.profiles import load_profile, names
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
@@ -148,6 +148,18 @@ def load_settings(
     return resolve(_overrides(args), file, env)
 
 
+def simulated_backend(
+    profile: str | NodeProfile, settings: NvidiaSettings | None = None
+) -> Backend:
+    """A backend over a simulated node (``demo``, previews); ``profile`` is a name or file."""
+    node = load_profile(profile) if isinstance(profile, str) else profile
+    return create_backend(
+        SimulatedNvml(node),
+        settings or NvidiaSettings(),
+        mig_minors=generated_mig_minors(len(node.gpus)),
+    )
+
+
 def backend_factory(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> Callable[[], Backend]:
@@ -157,12 +169,8 @@ def backend_factory(
 
     def factory() -> Backend:
         settings = load_settings(args, environ)
-        nvml: Nvml
         if profile is not None:
-            nvml = SimulatedNvml(profile)
-            minors = generated_mig_minors(len(profile.gpus))
-            return create_backend(nvml, settings, mig_minors=minors)
-        nvml = Pynvml(settings.driver_root, library=args.nvml_library)
-        return create_backend(nvml, settings)
+            return simulated_backend(profile, settings)
+        return create_backend(Pynvml(settings.driver_root, library=args.nvml_library), settings)
 
     return factory

@@ -119,6 +119,15 @@ class TimeSlicing:
     resources: tuple[ReplicatedResource, ...] = ()
 
 
+def share_all(
+    replicas: int, *, resource: str = "nvidia.com/gpu", rename_by_default: bool = False
+) -> TimeSlicing:
+    """Time-slice every device of ``resource`` (what ``demo`` shows), as a config would."""
+    rename = f"{resource}.shared" if rename_by_default else resource
+    entry = ReplicatedResource(resource, rename, ReplicaDevices(all=True), replicas, "share_all")
+    return TimeSlicing(rename_by_default=rename_by_default, resources=(entry,))
+
+
 @dataclass(frozen=True, slots=True)
 class FileConfig:
     """What a config file sets; None means "not set here"."""

@@ -45,7 +45,11 @@ class MigDevice:
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """A physical GPU as discovered; ``links`` is its row of the topology matrix."""
+    """A physical GPU as discovered.
+
+    ``links`` is its row of the topology matrix and ``peers`` the GPU index of
+    each entry (the same as the position unless a GPU was lost at discovery).
+    """
 
     index: int
     uuid: str
@@ -57,6 +61,7 @@ class Gpu:
     mig_enabled: bool
     migs: tuple[MigDevice, ...] = ()
     links: tuple[str, ...] = ()
+    peers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,7 @@ def discover(nvml: Nvml) -> Node:
         handles.append(handle)
         partial.append(gpu)
     rows = link_matrix(nvml, handles, [g.pci_bus_id for g in partial])
+    peers = tuple(g.index for g in partial)
     gpus = tuple(
         Gpu(
             index=g.index,
@@ -111,6 +117,7 @@ def discover(nvml: Nvml) -> Node:
             mig_enabled=g.mig_enabled,
             migs=g.migs,
             links=row,
+            peers=peers,
         )
         for g, row in zip(partial, rows, strict=True)
     )

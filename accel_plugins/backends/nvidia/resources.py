@@ -11,7 +11,8 @@ Device IDs are UUIDs (GPU-... or MIG-...), as in NVIDIA's plugin.
 ``Device.topology`` carries the facts allocation and the topology optimiser
 read: ``kind`` (gpu|mig), ``index`` (``0`` or ``0:1``), ``gpu_index``,
 ``uuid``, ``minor``, ``name``, ``memory_mib``, ``pci_bus_id``, ``numa_node``,
-``links`` (the GPU's row of nvidia-smi tokens, indexed by GPU index), and for
+``links`` (the GPU's row of nvidia-smi tokens) with ``link_peers`` (the GPU
+index of each entry; equal to the position unless a GPU was lost), and for
 MIG ``parent_uuid``, ``mig_profile``, ``gpu_instance``, ``compute_instance``.
 """
 
@@ -52,6 +53,7 @@ def gpu_device(gpu: Gpu, *, driver_root: Path, device_specs: bool) -> Device:
             "pci_bus_id": gpu.pci_bus_id,
             "numa_node": gpu.numa_node,
             "links": gpu.links,
+            "link_peers": gpu.peers,
         },
     )
 
@@ -88,6 +90,7 @@ def mig_device(
             "pci_bus_id": gpu.pci_bus_id,
             "numa_node": gpu.numa_node,
             "links": gpu.links,
+            "link_peers": gpu.peers,
         },
     )
 
