@@ -65,7 +65,8 @@ def test_rewriting_replaces_the_file_and_leaves_no_temporaries(tmp_path: Path) -
 
 def test_a_resource_without_devices_has_no_spec(tmp_path: Path) -> None:
     path = cdi.sync_spec(tmp_path, KIND, DEVICES)
-    assert path is not None and path.exists()
+    assert path is not None
+    assert path.exists()
     assert cdi.sync_spec(tmp_path, KIND, {}) is None
     assert not path.exists()
     assert cdi.sync_spec(tmp_path, KIND, {}) is None  # already gone: fine

@@ -241,8 +241,10 @@ BAD = [
         id="group-without-kind",
     ),
     pytest.param(
-        "devices: [{name: a, groups: [{paths: [{path: /dev/a}], usb: [{vendor: '1', product: '2'}]}]}]",
-        "config.yaml: devices[0].groups[0]: a group has one of paths, usb or udev, not paths and usb",
+        "devices: [{name: a, groups: [{paths: [{path: /dev/a}], usb: [{vendor: '1', "
+        "product: '2'}]}]}]",
+        "config.yaml: devices[0].groups[0]: a group has one of paths, usb or udev, "
+        "not paths and usb",
         id="group-with-two-kinds",
     ),
     pytest.param(
@@ -257,7 +259,8 @@ BAD = [
     ),
     pytest.param(
         serial("{path: /dev/a, permissions: rwx}"),
-        "config.yaml: devices[0].groups[0].paths[0].permissions: 'rwx' has letters other than r, w, m",
+        "config.yaml: devices[0].groups[0].paths[0].permissions: 'rwx' has letters "
+        "other than r, w, m",
         id="bad-permissions",
     ),
     pytest.param(
@@ -273,7 +276,8 @@ BAD = [
     ),
     pytest.param(
         serial("{path: /dev/../etc/shadow}"),
-        "config.yaml: devices[0].groups[0].paths[0].path: '/dev/../etc/shadow' must not contain '..'",
+        "config.yaml: devices[0].groups[0].paths[0].path: '/dev/../etc/shadow' "
+        "must not contain '..'",
         id="dotdot-path",
     ),
     pytest.param(

@@ -244,7 +244,8 @@ def test_overlapping_groups_offer_a_node_once(fake_host: FakeHost) -> None:
     fake_host.node("/dev/ttyUSB0")
     found = discover(
         fake_host,
-        "devices: [{name: s, groups: [{paths: [{path: /dev/ttyUSB0}]}, {paths: [{path: /dev/tty*}]}]}]",
+        "devices: [{name: s, groups: [{paths: [{path: /dev/ttyUSB0}]}, "
+        "{paths: [{path: /dev/tty*}]}]}]",
     )
     assert nodes_of(found["s"]) == [["/dev/ttyUSB0"]]
 

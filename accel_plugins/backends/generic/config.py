@@ -374,10 +374,10 @@ class _Reader:
         )
 
     def usb_id(self, value: object, where: str) -> int:
-        # Unquoted YAML like `vendor: 1209` arrives as a number; its digits are hex.
-        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else None
-        if text is None:
-            text = self.string(value, where)
+        if isinstance(value, int) and not isinstance(value, bool):
+            # YAML reads `1209` as decimal and `0x0f` as 15: the hex digits are lost.
+            raise self.fail(where, f'quote USB IDs so YAML keeps their hex digits ("{value}")')
+        text = self.string(value, where)
         digits = text.lower().removeprefix("0x")
         if not 1 <= len(digits) <= 4 or not set(digits) <= set("0123456789abcdef"):
             raise self.fail(where, f'{text!r} is not a USB ID (1 to 4 hex digits, e.g. "1a86")')
