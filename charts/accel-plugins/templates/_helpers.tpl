@@ -1,0 +1,82 @@
+{{/* Chart name, overridable. */}}
+{{- define "accel-plugins.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<release>-<chart>" unless the release name already holds the chart name. Room is left for "-generic". */}}
+{{- define "accel-plugins.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 55 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of one backend's objects. Call with (dict "root" $ "backend" "nvidia"). */}}
+{{- define "accel-plugins.componentName" -}}
+{{- printf "%s-%s" (include "accel-plugins.fullname" .root) .backend }}
+{{- end }}
+
+{{/* Selector labels: stable for the life of a release, so never the chart version. */}}
+{{- define "accel-plugins.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "accel-plugins.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .backend }}
+{{- end }}
+
+{{/* Every object's labels. */}}
+{{- define "accel-plugins.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "accel-plugins.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: accel-plugins
+{{- end }}
+
+{{/* Image reference: registry/repository then @digest or :tag (default appVersion). */}}
+{{- define "accel-plugins.image" -}}
+{{- $image := .values.image }}
+{{- $registry := .root.Values.common.imageRegistry }}
+{{- $repository := ternary (printf "%s/%s" $registry $image.repository) $image.repository (ne $registry "") }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (default .root.Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the ConfigMap a backend reads, or "" when it reads none. */}}
+{{- define "accel-plugins.configMapName" -}}
+{{- if .values.existingConfigMap }}
+{{- .values.existingConfigMap }}
+{{- else if eq .backend "nvidia" }}
+{{- if .values.config }}{{ include "accel-plugins.componentName" . }}{{ end }}
+{{- else if .values.devices }}
+{{- include "accel-plugins.componentName" . }}
+{{- end }}
+{{- end }}
+
+{{/* Values that contradict each other stop the render with a message naming the keys. */}}
+{{- define "accel-plugins.validate" -}}
+{{- $v := .Values }}
+{{- if not (or $v.nvidia.enabled $v.generic.enabled) }}
+{{- fail "nothing to deploy: set nvidia.enabled or generic.enabled (or both) to true" }}
+{{- end }}
+{{- if and $v.nvidia.config $v.nvidia.existingConfigMap }}
+{{- fail "nvidia.config and nvidia.existingConfigMap are exclusive: the config comes from values or from an existing ConfigMap, not both" }}
+{{- end }}
+{{- if and $v.generic.devices $v.generic.existingConfigMap }}
+{{- fail "generic.devices and generic.existingConfigMap are exclusive: the config comes from values or from an existing ConfigMap, not both" }}
+{{- end }}
+{{- if and $v.generic.enabled (not (or $v.generic.devices $v.generic.existingConfigMap)) }}
+{{- fail "generic.enabled needs devices to expose: set generic.devices or generic.existingConfigMap" }}
+{{- end }}
+{{- if and $v.metrics.serviceMonitor.enabled (not (and $v.metrics.enabled $v.metrics.service.enabled)) }}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.enabled and metrics.service.enabled (it scrapes the Service)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,72 @@
+"""The chart's default pod security settings are the documented ones (README, chart section).
+
+Both backends run as uid 0 with every capability dropped: root only as the owner of the
+kubelet's root-owned sockets and directories. Privileged mode is an explicit opt-in.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.chart_support import CI_VALUES, Obj, ci_values, container, mounts, of_kind, render
+
+CI_NAMES = [p.name.removesuffix("-values.yaml") for p in CI_VALUES]
+
+DOCUMENTED_CONTAINER_CONTEXT = {
+    "privileged": False,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsUser": 0,
+    "runAsGroup": 0,
+    "runAsNonRoot": False,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+# Host paths a plugin may write: its sockets, and CDI specs when CDI is on. All others read-only.
+WRITABLE_HOST_PATHS = {"/var/lib/kubelet/device-plugins", "/var/run/cdi"}
+
+
+def _daemonsets(name: str) -> list[Obj]:
+    return list(of_kind(render(ci_values(name)), "DaemonSet").values())
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_containers_use_the_documented_security_context(name: str) -> None:
+    for ds in _daemonsets(name):
+        assert container(ds)["securityContext"] == DOCUMENTED_CONTAINER_CONTEXT
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_pods_share_nothing_with_the_host_but_mounts(name: str) -> None:
+    for ds in _daemonsets(name):
+        spec = ds["spec"]["template"]["spec"]
+        for field in ("hostNetwork", "hostPID", "hostIPC"):
+            assert not spec.get(field, False), field
+        assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        assert spec["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("name", CI_NAMES)
+def test_host_mounts_are_read_only_except_sockets_and_cdi(name: str) -> None:
+    for ds in _daemonsets(name):
+        for _, read_only, volume in mounts(ds).values():
+            if "hostPath" in volume:
+                path = volume["hostPath"]["path"]
+                assert read_only == (path not in WRITABLE_HOST_PATHS), path
+
+
+@pytest.mark.parametrize("backend", ["nvidia", "generic"])
+def test_privileged_is_an_opt_in_per_backend(backend: str) -> None:
+    values = ci_values("metrics")
+    values.setdefault(backend, {})["privileged"] = True
+    objects = of_kind(render(values), "DaemonSet")
+    for ds_name, ds in objects.items():
+        context = container(ds)["securityContext"]
+        if ds_name.endswith(backend):
+            # The API rejects allowPrivilegeEscalation: false next to privileged: true.
+            assert context["privileged"] is True
+            assert "allowPrivilegeEscalation" not in context
+            assert "capabilities" not in context
+        else:
+            assert context == DOCUMENTED_CONTAINER_CONTEXT
