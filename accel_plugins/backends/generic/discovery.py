@@ -183,6 +183,7 @@ class Discovery:
             try:
                 found = self._udev.nodes(matcher)
             except OSError as exc:
+                # Its devices read as vanished (Unhealthy) until a later scan works.
                 log.warning("udev enumeration failed: %s", exc)
                 found = []
             if not found and not matcher.optional:

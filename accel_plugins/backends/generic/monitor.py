@@ -110,7 +110,7 @@ class ChangeFeed:
         for directory in sorted(new):
             try:
                 self._watcher.add(directory)
-            except (InotifyError, OSError) as exc:
+            except OSError as exc:  # InotifyError included
                 # Gone again, or out of watches: the periodic rescan covers it.
                 log.debug("cannot watch %s: %s", directory, exc)
                 continue

@@ -1,8 +1,9 @@
-"""The one module that talks to libudev (through pyudev).
+"""Enumeration through libudev (pyudev); with monitor.py the only pyudev users.
 
 Enumeration goes through a pyudev Context of its own; the monitor in
 monitor.py uses another, because libudev objects must not be shared between
-threads and scans run in a worker thread.
+threads and scans run in a worker thread. pyudev errors leave this module as
+OSError.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pyudev
 
 from accel_plugins.backends.generic.config import UdevMatcher
 from accel_plugins.backends.generic.matchers import AttributeSource, matches
+
+_ATTEMPTS = 3
 
 
 class _Attributes:
@@ -81,5 +84,15 @@ class UdevEnumerator:
                 yield view
 
     def nodes(self, matcher: UdevMatcher) -> list[str]:
-        """Sorted device node paths (host view, e.g. /dev/snd/pcmC0D0p)."""
-        return sorted({d.device_node for d in self.devices(matcher) if d.device_node})
+        """Sorted device node paths (host view, e.g. /dev/snd/pcmC0D0p).
+
+        A device removed while being listed makes pyudev raise; listing again
+        gives the settled picture, so that is tried a few times.
+        """
+        problem: Exception | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                return sorted({d.device_node for d in self.devices(matcher) if d.device_node})
+            except pyudev.DeviceError as exc:
+                problem = exc
+        raise OSError(f"udev devices kept changing while listed: {problem}")
