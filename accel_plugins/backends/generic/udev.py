@@ -39,6 +39,7 @@ class PyudevDevice:
 
     def __init__(self, device: Any) -> None:
         self._device = device
+        self._properties: Mapping[str, str] | None = None
 
     @property
     def sys_name(self) -> str:
@@ -59,7 +60,9 @@ class PyudevDevice:
 
     @property
     def properties(self) -> Mapping[str, str]:
-        return {str(k): str(v) for k, v in self._device.properties.items()}
+        if self._properties is None:  # read once: matching asks key by key
+            self._properties = {str(k): str(v) for k, v in self._device.properties.items()}
+        return self._properties
 
     def lineage(self) -> Iterable[AttributeSource]:
         yield _Attributes(self._device)
