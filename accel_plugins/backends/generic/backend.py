@@ -103,8 +103,8 @@ class GenericBackend:
                     wanted.add(matcher.subsystem)
         return wanted
 
-    def scan(self) -> dict[str, dict[str, Device]]:
-        """One full scan, vanished devices included: the tree to publish."""
+    def discover(self) -> dict[str, dict[str, Device]]:
+        """What is there now, by resource (file system and udev reads: run in a thread)."""
         self.scans += 1
         found: dict[str, dict[str, Device]] = {}
         for name, devices in self._discovery.scan().items():
@@ -115,7 +115,11 @@ class GenericBackend:
                     for d in devices
                 ]
             found[kind] = {d.id: d for d in devices}
-        return self._vanished.apply(found)
+        return found
+
+    def scan(self) -> dict[str, dict[str, Device]]:
+        """One full scan, vanished devices included: the tree to publish."""
+        return self._vanished.apply(self.discover())
 
     def _write_cdi(self, tree: Mapping[str, Mapping[str, Device]]) -> None:
         directory = self.settings.cdi_spec_dir
@@ -145,7 +149,9 @@ class GenericBackend:
             reason = Wakeup.REQUEST
             while True:
                 feed.clear()
-                tree = await asyncio.to_thread(self.scan)
+                found = await asyncio.to_thread(self.discover)
+                # On the loop: the in_use feed reads state owned by the loop.
+                tree = self._vanished.apply(found)
                 self._write_cdi(tree)
                 if tree != last:
                     _log_changes(last or {}, tree, reason)
@@ -172,12 +178,20 @@ def _log_changes(old: DeviceTree, new: DeviceTree, reason: Wakeup) -> None:
         ]
         if added or gone or flipped or resource not in old:
             log.info(
-                "%s: %d devices (%d healthy) after %s; added %s, removed %s, health %s",
+                "%s: %d devices (%d healthy) after %s; added %s; removed %s; health %s",
                 resource,
                 len(devices),
                 sum(d.healthy for d in devices.values()),
                 reason.value,
-                added or "-",
-                gone or "-",
-                flipped or "-",
+                _few(added),
+                _few(gone),
+                _few(flipped),
             )
+
+
+def _few(items: list[str], shown: int = 4) -> str:
+    """A log-sized list: short IDs, the first few, and how many more."""
+    if not items:
+        return "-"
+    text = ", ".join(item[:12] + item[40:] for item in items[:shown])
+    return text + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
