@@ -24,8 +24,11 @@ from typing import TextIO
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.backends.nvidia.cli import simulated_backend
+from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import MetricsServer, new_registry
+from accel_plugins.plugin.lifecycle import PluginStatus
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 
 DEMO_CONFIG = """\
@@ -56,6 +59,11 @@ devices:
 # (resource, how many) for the demo pod's one container.
 DEMO_REQUEST = (("accel-plugins.io/dev-null", 2), ("accel-plugins.io/zero-full", 1))
 
+# The simulated NVIDIA node: 8 H100s on NVSwitch, each time-sliced four ways.
+NVIDIA_PROFILE = "dgx-h100"
+NVIDIA_REPLICAS = 4
+NVIDIA_RESOURCE = "nvidia.com/gpu.shared"
+
 
 class _Printer:
     def __init__(self, out: TextIO) -> None:
@@ -84,7 +92,9 @@ def _quiet_logs() -> Iterator[None]:
 
 
 def _short(device_id: str) -> str:
-    return device_id[:12]
+    """The first 12 characters, keeping a replica suffix (`GPU-0489...::2`)."""
+    base, sep, replica = device_id.partition("::")
+    return base[:12] + sep + replica
 
 
 async def _scrape(host: str, port: int) -> list[str]:
@@ -143,11 +153,25 @@ async def run_demo(
     manager = Manager(
         lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir)
     )
-    metrics = MetricsServer(new_registry(manager.status), manager.status)
+    nvidia_settings = NvidiaSettings(
+        time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
+    )
+    nvidia = Manager(
+        lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
+        ManagerSettings(plugin_dir=plugin_dir),
+    )
+
+    def status() -> dict[str, PluginStatus]:
+        return {**manager.status(), **nvidia.status()}
+
+    metrics = MetricsServer(new_registry(status), status)
     kubelet = Kubelet(
         plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
     )
-    say("accel-plugins demo: the generic /dev plugin and an emulated kubelet, in one process")
+    say(
+        "accel-plugins demo: the generic /dev plugin, a simulated NVIDIA node and an "
+        "emulated kubelet, in one process"
+    )
     say(f"  working directory   {workdir}")
     say(f"  kubelet socket      {kubelet.socket_path}")
     say(f"  pod resources API   {kubelet.pod_resources_socket}")
@@ -155,12 +179,14 @@ async def run_demo(
     for line in DEMO_CONFIG.splitlines():
         say(f"    {line}")
     running: asyncio.Task[None] | None = None
+    nvidia_running: asyncio.Task[None] | None = None
     with _quiet_logs():
         try:
             await kubelet.start()
             running = asyncio.create_task(manager.run(), name="demo manager")
+            nvidia_running = asyncio.create_task(nvidia.run(), name="demo nvidia manager")
             names = [f"{settings.domain}/{spec.name}" for spec in config.devices]
-            for name in names:
+            for name in [*names, NVIDIA_RESOURCE]:
                 await kubelet.wait_for_resource(name, timeout=10)
 
             say.section("Registration")
@@ -192,6 +218,30 @@ async def run_demo(
             for spec_file in sorted(p.name for p in (workdir / "cdi").glob("*.json")):
                 say(f"    {spec_file}")
 
+            say.section(
+                f"Simulated NVIDIA node: {NVIDIA_PROFILE}, time-sliced x{NVIDIA_REPLICAS} "
+                f"(accel-plugins nvidia --simulate {NVIDIA_PROFILE})"
+            )
+            view = kubelet.resources[NVIDIA_RESOURCE]
+            say(f"  {NVIDIA_RESOURCE}: {view.allocatable} allocatable of {view.capacity}")
+            gpus = nvidia.tree.get(NVIDIA_RESOURCE, {})
+            per_gpu: dict[tuple[int, str, str], int] = {}
+            for device in gpus.values():
+                facts = device.topology
+                key = (
+                    int(str(facts.get("gpu_index", 0))),
+                    str(facts.get("name", "?")),
+                    str(facts.get("replica_of", "?")),
+                )
+                per_gpu[key] = per_gpu.get(key, 0) + 1
+            for (index, model, uuid), count in sorted(per_gpu.items()):
+                say(
+                    f"    GPU {index}  {model}  {_short(uuid)}  {count} replicas "
+                    f"({_short(uuid)}::0 .. ::{count - 1})"
+                )
+            say("  Allocation for pod default/train, container main (2 shared GPUs):")
+            _print_allocation(say, await kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2))
+
             say.section("Metrics")
             host, port = await metrics.start(metrics_host, 0)
             say(f"  Prometheus metrics at http://{host}:{port}/metrics (health: /healthz)")
@@ -214,10 +264,12 @@ async def run_demo(
             live = False
             await metrics.stop()
             await manager.stop()
-            if running is not None:
-                running.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running
+            await nvidia.stop()
+            for task in (running, nvidia_running):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await kubelet.stop()
             shutil.rmtree(workdir, ignore_errors=True)
 
