@@ -35,6 +35,7 @@ from accel_plugins.metrics import (
 )
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, Manager, ManagerSettings
+from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesCache
 
 log = logging.getLogger("accel_plugins")
 
@@ -53,7 +54,7 @@ class VendorCli(Protocol):
 
 
 def _vendor(name: str) -> VendorCli:
-    module: VendorCli = importlib.import_module(VENDORS[name])  # type: ignore[assignment]
+    module: VendorCli = importlib.import_module(VENDORS[name])
     return module
 
 
@@ -76,6 +77,16 @@ def _add_kubelet_flags(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="the kubelet's registration socket (default: <plugin-dir>/kubelet.sock)",
+    )
+
+
+def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(
+        parser,
+        "--pod-resources-socket",
+        type=Path,
+        default=DEFAULT_POD_RESOURCES_SOCKET,
+        help="the kubelet's PodResources API, to learn which devices pods hold",
     )
 
 
@@ -111,6 +122,7 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         p = sub.add_parser(vendor, help=summary, description=summary)
         _add_kubelet_flags(p)
         _add_metrics_flag(p)
+        _add_pod_resources_flag(p)
         _add_logging_flags(p)
         if chosen == vendor:
             _vendor(vendor).add_arguments(p)
@@ -175,6 +187,9 @@ async def serve(
 
 def _run_vendor(name: str, args: argparse.Namespace) -> int:
     metrics_address = parse_address(args.metrics_address)
+    # Backends learn which devices pods hold through args.in_use (they never
+    # speak gRPC themselves); None answers mean "unknown right now".
+    args.in_use = PodResourcesCache(args.pod_resources_socket).in_use
     factory = _vendor(name).backend_factory(args)  # validates config before any socket work
     settings = ManagerSettings(plugin_dir=args.plugin_dir, kubelet_socket=args.kubelet_socket)
     return asyncio.run(serve(factory, settings, metrics_address))

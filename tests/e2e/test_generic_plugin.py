@@ -18,6 +18,7 @@ from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from accel_plugins.plugin.podresources import PodResourcesCache
 from tests.framework_fixtures import StartManager
 from tests.generic_fixtures import FakeHost
 
@@ -188,3 +189,42 @@ async def test_cdi_spec_and_response_agree(
             }
         ],
     }
+
+
+async def test_pod_resources_feed_drops_a_vanished_device_once_free(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    """The production feed: the kubelet's PodResources API says what pods hold."""
+    assert kubelet.pod_resources_socket is not None
+    cache = PodResourcesCache(kubelet.pod_resources_socket, max_age=0)
+    fake_host.node("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB1")
+    backends: list[GenericBackend] = []
+    make = factory(fake_host, tmp_path, in_use=cache.in_use)
+
+    def build() -> GenericBackend:
+        backends.append(make())
+        return backends[-1]
+
+    await start_manager(build)
+    await kubelet.wait_for_resource(SERIAL, allocatable=2)
+    (held,) = (await kubelet.allocate("pod", "main", SERIAL, 1)).device_ids
+    await cache.refresh()
+    assert cache.in_use(SERIAL) == frozenset({held})
+
+    fake_host.remove("/dev/ttyUSB0")
+    fake_host.remove("/dev/ttyUSB1")
+    await kubelet.wait_for(lambda k: list(k.resources[SERIAL].devices) == [held])
+    assert kubelet.resources[SERIAL].unhealthy == [held]
+
+    kubelet.release("pod")
+    await cache.refresh()
+    backends[-1].rescan()
+    await kubelet.wait_for(lambda k: k.resources[SERIAL].capacity == 0)
+
+
+async def test_pod_resources_feed_unknown_without_socket(tmp_path: Path) -> None:
+    cache = PodResourcesCache(tmp_path / "absent.sock")
+    await cache.refresh()
+    assert cache.in_use(SERIAL) is None
+    assert not cache.available

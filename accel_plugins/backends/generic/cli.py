@@ -126,6 +126,7 @@ def backend_factory(args: argparse.Namespace) -> Callable[[], Backend]:
 
     def factory() -> Backend:
         config = first.pop() if first else load_config(path)
-        return GenericBackend(config, settings)
+        # The CLI sets args.in_use from the kubelet's PodResources API (see cli.py).
+        return GenericBackend(config, settings, in_use=getattr(args, "in_use", None))
 
     return factory

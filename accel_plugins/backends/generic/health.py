@@ -9,8 +9,10 @@ Unhealthy, until one of:
 - its nodes return: the same paths give the same ID, reported Healthy again;
 - it is known to be free: ``in_use`` (resource -> IDs held by pods, fed by
   whoever can see allocations) no longer lists it;
-- without an ``in_use`` feed, ``grace`` seconds have passed since it vanished
-  (the backend cannot know whether a pod still holds it).
+- without an ``in_use`` feed, or while it cannot answer (None), ``grace``
+  seconds have passed since it vanished (nobody can tell whether a pod still
+  holds it). `accel-plugins generic` feeds it from the kubelet's PodResources
+  API (``--pod-resources-socket``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from accel_plugins.backends.generic.config import PathType
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.plugin.device import Device, Health
 
-InUse = Callable[[str], Collection[str]]
-"""resource name -> IDs of its devices that pods hold now."""
+InUse = Callable[[str], Collection[str] | None]
+"""resource name -> IDs of its devices that pods hold now (None: unknown right now)."""
 
 DEFAULT_VANISHED_GRACE = 300.0
 
@@ -69,12 +71,10 @@ class VanishedDevices:
                     continue
                 key = (resource, device_id)
                 started = self._since.get(key, now)
-                if self._in_use is not None:
-                    if held is None:
-                        held = self._in_use(resource)
-                    keep = device_id in held
-                else:
-                    keep = now - started < self._grace
+                if held is None and self._in_use is not None:
+                    held = self._in_use(resource)
+                # No feed, or the kubelet cannot tell us now: the grace period decides.
+                keep = device_id in held if held is not None else now - started < self._grace
                 if keep:
                     merged[device_id] = old.with_health(Health.UNHEALTHY)
                     since[key] = started
