@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
+from accel_plugins.fsutil import atomic_write_text
 from accel_plugins.kubelet.allocation import AllocationRecord
 from accel_plugins.kubelet.errors import CheckpointError
 from accel_plugins.kubelet.model import ContainerResponse
@@ -73,18 +71,7 @@ def encode(records: Iterable[AllocationRecord]) -> str:
 def write(path: Path, records: Iterable[AllocationRecord]) -> None:
     """Replace the checkpoint at ``path`` atomically."""
     data = encode(records)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, data)
 
 
 def _record(path: Path, index: int, entry: object) -> AllocationRecord:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from accel_plugins.fsutil import atomic_write_text
 from accel_plugins.plugin.device import Device
 
 CDI_VERSION = "0.5.0"  # the first with deviceNodes[].hostPath
@@ -63,18 +62,7 @@ def write_spec(directory: Path, kind: str, devices: Mapping[str, Device]) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     target = spec_path(directory, kind)
     text = json.dumps(build_spec(kind, devices), indent=2, sort_keys=True) + "\n"
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    atomic_write_text(target, text)
     return target
 
 
