@@ -178,3 +178,32 @@ def logs() -> Iterator[LogWaiter]:
     yield waiter
     root.removeHandler(waiter)
     root.setLevel(old_level)
+
+
+class TreeRecorder:
+    """A ``publish`` callback that keeps every tree and wakes waiters."""
+
+    def __init__(self) -> None:
+        self.trees: list[DeviceTree] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, tree: DeviceTree) -> None:
+        self.trees.append(tree)
+        self._changed.set()
+
+    @property
+    def latest(self) -> DeviceTree:
+        assert self.trees, "nothing published yet"
+        return self.trees[-1]
+
+    async def wait_for(
+        self, predicate: Callable[[DeviceTree], bool], timeout: float = 5.0
+    ) -> DeviceTree:
+        async with asyncio.timeout(timeout):
+            while not (self.trees and predicate(self.trees[-1])):
+                self._changed.clear()
+                await self._changed.wait()
+        return self.trees[-1]
+
+    def health(self, resource: str, device_id: str) -> str:
+        return str(self.latest[resource][device_id].health)

@@ -23,7 +23,7 @@ import pytest
 
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.plugin.device import DeviceTree
+from tests.framework_fixtures import TreeRecorder
 
 
 class FakeHost:
@@ -133,43 +133,16 @@ def write_config(tmp_path: Path) -> WriteConfig:
     return write
 
 
-class Published:
-    """A Publish callback that records every tree and lets tests await one."""
-
-    def __init__(self) -> None:
-        self.trees: list[DeviceTree] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, tree: DeviceTree) -> None:
-        self.trees.append(tree)
-        self._changed.set()
-
-    @property
-    def last(self) -> DeviceTree:
-        return self.trees[-1]
-
-    async def wait_for(
-        self, predicate: Callable[[DeviceTree], bool], timeout: float = 5.0
-    ) -> DeviceTree:
-        """The first tree, old or new, satisfying ``predicate``, checked from the latest."""
-        async with asyncio.timeout(timeout):
-            while True:
-                if self.trees and predicate(self.trees[-1]):
-                    return self.trees[-1]
-                self._changed.clear()
-                await self._changed.wait()
-
-
-RunBackend = Callable[[GenericBackend], Awaitable[Published]]
+RunBackend = Callable[[GenericBackend], Awaitable[TreeRecorder]]
 
 
 @pytest.fixture
 async def run_backend() -> AsyncIterator[RunBackend]:
-    """Factory: run a backend in a task until the test ends; returns its Published."""
+    """Factory: run a backend in a task until the test ends; returns its TreeRecorder."""
     tasks: list[asyncio.Task[None]] = []
 
-    async def start(backend: GenericBackend) -> Published:
-        published = Published()
+    async def start(backend: GenericBackend) -> TreeRecorder:
+        published = TreeRecorder()
         tasks.append(asyncio.create_task(backend.run(published)))
         await published.wait_for(lambda tree: True)
         return published
@@ -202,7 +175,7 @@ class UmockdevHarness:
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
-        self.published = Published()
+        self.published = TreeRecorder()
         self.trees: list[dict[str, dict[str, dict[str, Any]]]] = []
         self._replies: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._stderr: list[str] = []

@@ -27,7 +27,7 @@ from accel_plugins.backends.nvidia.profile import NodeProfile, parse_profile
 from accel_plugins.backends.nvidia.profiles import load_profile
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.device import DeviceTree
+from tests.framework_fixtures import TreeRecorder
 
 FAKE_SOURCE = Path(__file__).parent / "nvml_fake" / "fake_nvml.c"
 
@@ -88,35 +88,6 @@ async def watching(backend: NvidiaBackend, timeout: float = 5.0) -> None:
     assert backend.monitor is not None, "the backend has not published its first tree"
     async with asyncio.timeout(timeout):
         await backend.monitor.ready.wait()
-
-
-class TreeRecorder:
-    """A ``publish`` callback that keeps every tree and wakes waiters."""
-
-    def __init__(self) -> None:
-        self.trees: list[DeviceTree] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, tree: DeviceTree) -> None:
-        self.trees.append(tree)
-        self._changed.set()
-
-    @property
-    def latest(self) -> DeviceTree:
-        assert self.trees, "nothing published yet"
-        return self.trees[-1]
-
-    async def wait_for(
-        self, predicate: Callable[[DeviceTree], bool], timeout: float = 5.0
-    ) -> DeviceTree:
-        async with asyncio.timeout(timeout):
-            while not (self.trees and predicate(self.trees[-1])):
-                self._changed.clear()
-                await self._changed.wait()
-        return self.trees[-1]
-
-    def health(self, resource: str, device_id: str) -> str:
-        return str(self.latest[resource][device_id].health)
 
 
 RunNvidia = Callable[[Backend], Awaitable[TreeRecorder]]

@@ -42,8 +42,8 @@ async def test_publishes_every_resource_at_once(
 ) -> None:
     fake_host.node("/dev/ttyUSB0")
     published = await run_backend(backend(fake_host))
-    assert health(published.last, SERIAL) == {ID0: "Healthy"}
-    assert published.last[AUDIO] == {}
+    assert health(published.latest, SERIAL) == {ID0: "Healthy"}
+    assert published.latest[AUDIO] == {}
 
 
 async def test_hotplug_in_and_out_and_back(fake_host: FakeHost, run_backend: RunBackend) -> None:
@@ -111,7 +111,7 @@ async def test_changes_without_a_file_event_are_found_by_the_anchor_rescan(
     usb = fake_host.sys_device("pci0000:00/0000:00:14.0", {"numa_node": "-1"})
     fake_host.sys_device("pci0000:00/0000:00:14.0/ttyUSB0", dev=dev)
     published = await run_backend(backend(fake_host, rescan_interval=0.05))
-    assert published.last[SERIAL][ID0].numa_nodes == ()
+    assert published.latest[SERIAL][ID0].numa_nodes == ()
     (usb / "numa_node").write_text("1\n")  # sysfs is not watched; the timer is the net
     await published.wait_for(lambda t: t[SERIAL][ID0].numa_nodes == (1,))
 
@@ -122,7 +122,7 @@ async def test_cdi_names_and_spec_files(
     cdi_dir = tmp_path / "cdi"
     fake_host.node("/dev/ttyUSB0")
     published = await run_backend(backend(fake_host, cdi_spec_dir=cdi_dir))
-    assert published.last[SERIAL][ID0].cdi_devices == (f"{SERIAL}={ID0}",)
+    assert published.latest[SERIAL][ID0].cdi_devices == (f"{SERIAL}={ID0}",)
     spec = json.loads((cdi_dir / "accel-plugins.io-serial.json").read_text())
     assert spec["kind"] == SERIAL
     assert [d["name"] for d in spec["devices"]] == [ID0]
@@ -138,4 +138,4 @@ async def test_the_domain_prefixes_resource_names(
     fake_host: FakeHost, run_backend: RunBackend
 ) -> None:
     published = await run_backend(backend(fake_host, domain="squat.ai"))
-    assert sorted(published.last) == ["squat.ai/audio", "squat.ai/serial"]
+    assert sorted(published.latest) == ["squat.ai/audio", "squat.ai/serial"]

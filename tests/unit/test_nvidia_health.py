@@ -14,8 +14,8 @@ from accel_plugins.backends.nvidia.config import (
 )
 from accel_plugins.backends.nvidia.health import XidPolicy
 from accel_plugins.plugin.device import DeviceTree
-from tests.framework_fixtures import LogWaiter
-from tests.nvidia_fixtures import RunNvidia, TreeRecorder, simulated_backend, watching
+from tests.framework_fixtures import LogWaiter, TreeRecorder
+from tests.nvidia_fixtures import RunNvidia, simulated_backend, watching
 
 GPU = "nvidia.com/gpu"
 
