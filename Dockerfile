@@ -13,13 +13,18 @@ FROM ${BASE_IMAGE} AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY accel_plugins ./accel_plugins
-RUN python3 -m venv /opt/build \
+# An optional CA bundle (secret ca-cert, hack/build-images --ca-cert) for TLS-intercepting proxies.
+RUN --mount=type=secret,id=ca-cert \
+    if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
+ && python3 -m venv /opt/build \
  && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- install: the wheel and its dependencies into a venv that the runtime stages copy ---
 FROM ${BASE_IMAGE} AS venv
 COPY --from=wheel /wheels /wheels
-RUN python3 -m venv /opt/accel-plugins \
+RUN --mount=type=secret,id=ca-cert \
+    if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
+ && python3 -m venv /opt/accel-plugins \
  && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile /wheels/*.whl \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
