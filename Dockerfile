@@ -66,5 +66,6 @@ LABEL org.opencontainers.image.title="accel-plugins-generic" \
 # pyudev loads libudev.so.1 at run time.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libudev1=252.* \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 ENTRYPOINT ["accel-plugins", "generic"]
