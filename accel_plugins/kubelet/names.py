@@ -7,17 +7,19 @@ stays a valid qualified name once the quota prefix ``requests.`` is put in front
 
 from __future__ import annotations
 
-import re
+from accel_plugins.k8snames import (
+    DNS1123_SUBDOMAIN_MAX as _DNS1123_SUBDOMAIN_MAX,
+)
+from accel_plugins.k8snames import (
+    DNS1123_SUBDOMAIN_RE as _DNS1123_SUBDOMAIN_RE,
+)
+from accel_plugins.k8snames import DOMAIN_MAX as _DOMAIN_MAX
+from accel_plugins.k8snames import NAME_MAX as _NAME_MAX
+from accel_plugins.k8snames import NAME_RE as _NAME_RE
+from accel_plugins.k8snames import NATIVE_NAMESPACE as _NATIVE_NAMESPACE
+from accel_plugins.k8snames import QUOTA_PREFIX as _QUOTA_PREFIX
 
 SUPPORTED_VERSIONS: tuple[str, ...] = ("v1beta1",)
-
-_NATIVE_NAMESPACE = "kubernetes.io/"
-_QUOTA_PREFIX = "requests."
-_DNS1123_SUBDOMAIN_MAX = 253
-_NAME_MAX = 63
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 def version_problem(version: str) -> str | None:
@@ -69,10 +71,9 @@ def resource_name_problem(resource_name: str) -> str | None:
     elif resource_name.startswith(_QUOTA_PREFIX):
         reason = f"the {_QUOTA_PREFIX!r} prefix is reserved for quota"
     else:
-        # The kubelet checks the name as quota will see it, "requests.<name>", which
-        # leaves the domain 9 characters less than a DNS-1123 subdomain may have.
+        # The kubelet checks the name as quota will see it, "requests.<name>".
         domain = resource_name.split("/", 1)[0]
-        limit = _DNS1123_SUBDOMAIN_MAX - len(_QUOTA_PREFIX)
+        limit = _DOMAIN_MAX
         if not domain:
             reason = "domain part must be non-empty"
         elif len(domain) > limit:

@@ -7,16 +7,12 @@ the name is a qualified-name part of at most 63 characters.
 
 from __future__ import annotations
 
-import re
+from accel_plugins.k8snames import DNS1123_SUBDOMAIN_RE as _SUBDOMAIN_RE
+from accel_plugins.k8snames import DOMAIN_MAX as _DOMAIN_MAX
+from accel_plugins.k8snames import NAME_MAX as _NAME_MAX
+from accel_plugins.k8snames import NAME_RE as _NAME_RE
 
 DEFAULT_DOMAIN = "accel-plugins.io"
-
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN_RE = re.compile(rf"{_LABEL}(\.{_LABEL})*")
-_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_NAME_MAX = 63
-# 253 for a DNS subdomain, less len("requests.") which quota puts in front.
-_DOMAIN_MAX = 253 - len("requests.")
 
 
 def domain_problem(domain: str) -> str | None:
