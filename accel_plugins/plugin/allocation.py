@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
@@ -124,54 +125,98 @@ def check_preferred_request(
         )
 
 
+def by_natural_id(device: Device) -> tuple[tuple[int, int | str], ...]:
+    return natural_key(device.id)
+
+
 def prefer_fewest_numa_nodes(
-    available: Sequence[Device], must_include: Sequence[Device], size: int
+    available: Sequence[Device],
+    must_include: Sequence[Device],
+    size: int,
+    *,
+    group_of: Callable[[Device], Hashable] | None = None,
+    order: Callable[[Device], Any] = by_natural_id,
 ) -> list[str]:
     """Pick ``size`` devices spanning as few NUMA nodes as possible.
 
     Must-include devices are always taken and the NUMA nodes they sit on are
     free to use. Among node sets of the smallest size that hold enough
     devices, the lowest node IDs win; devices without NUMA affinity are used
-    last. Within the chosen nodes devices go in natural ID order, so the
-    answer is deterministic for a given input.
+    last. With ``group_of``, devices inside the chosen nodes come from as few
+    groups as possible and groups stay whole (see :func:`_take_from_groups`).
+    Devices are taken in ``order`` (natural ID order by default) and the
+    answer is in natural ID order, so it is deterministic for a given input.
     """
     chosen = {d.id: d for d in must_include}
     need = size - len(chosen)
     if need <= 0:
         return sorted(chosen, key=natural_key)
-    candidates = sorted(
-        (d for d in available if d.id not in chosen and d.healthy),
-        key=lambda d: natural_key(d.id),
-    )
+    candidates = sorted((d for d in available if d.id not in chosen and d.healthy), key=order)
     if len(candidates) < need:  # unhealthy ones only as a last resort
         candidates += sorted(
-            (d for d in available if d.id not in chosen and not d.healthy),
-            key=lambda d: natural_key(d.id),
+            (d for d in available if d.id not in chosen and not d.healthy), key=order
         )
     base_nodes = frozenset(n for d in chosen.values() for n in d.numa_nodes)
     with_numa = [d for d in candidates if d.numa_nodes]
     without_numa = [d for d in candidates if not d.numa_nodes]
-    picked = _within_fewest_nodes(with_numa, base_nodes, need)
-    picked += without_numa[: need - len(picked)]
-    for d in picked:
-        chosen[d.id] = d
+    open_groups = {group_of(d) for d in chosen.values()} if group_of else set()
+    for pool in (_within_fewest_nodes(with_numa, base_nodes, need), without_numa):
+        if need <= 0:
+            break
+        if group_of is None:
+            picked = pool[:need]
+        else:
+            picked = _take_from_groups(pool, need, group_of, open_groups)
+        for d in picked:
+            chosen[d.id] = d
+        need -= len(picked)
     return sorted(chosen, key=natural_key)
 
 
 def _within_fewest_nodes(devices: list[Device], base: frozenset[int], need: int) -> list[Device]:
-    """Up to ``need`` devices from the smallest set of NUMA nodes beyond ``base``."""
+    """The devices of the smallest set of NUMA nodes beyond ``base`` holding ``need`` of them.
+
+    Devices on nodes already in use come first; otherwise the input order holds.
+    """
     extra_nodes = sorted({n for d in devices for n in d.numa_nodes} - base)
 
     def order(d: Device) -> tuple[bool, tuple[int, ...]]:
-        # Devices on nodes already in use first; the caller sorted by ID before.
         return (not set(d.numa_nodes) <= base, d.numa_nodes)
 
     if len(extra_nodes) > _MAX_EXACT_NUMA_NODES:
-        return sorted(devices, key=order)[:need]
+        return sorted(devices, key=order)
     for count in range(len(extra_nodes) + 1):
         for combo in itertools.combinations(extra_nodes, count):
             nodes = base.union(combo)
             inside = [d for d in devices if nodes.issuperset(d.numa_nodes)]
             if len(inside) >= need:
-                return sorted(inside, key=order)[:need]
+                return sorted(inside, key=order)
     return sorted(devices, key=order)
+
+
+def _take_from_groups(
+    pool: list[Device],
+    need: int,
+    group_of: Callable[[Device], Hashable],
+    open_groups: set[Hashable],
+) -> list[Device]:
+    """Up to ``need`` devices from ``pool`` touching as few whole groups as possible.
+
+    Groups already opened (by must-include devices) are used first, since they
+    are split anyway. Then, while no single group can hold the rest, the
+    largest group is taken whole; the last one is the smallest group that
+    holds the rest (best fit), which leaves the bigger groups whole for
+    later pods. Ties go to the group met first in ``pool`` order.
+    """
+    groups: dict[Hashable, list[Device]] = {}
+    for d in pool:
+        groups.setdefault(group_of(d), []).append(d)
+    picked = [d for key in groups if key in open_groups for d in groups[key]][:need]
+    rest = [members for key, members in groups.items() if key not in open_groups]
+    while len(picked) < need and rest:
+        missing = need - len(picked)
+        fitting = [m for m in rest if len(m) >= missing]
+        members = min(fitting, key=len) if fitting else max(rest, key=len)
+        rest.remove(members)
+        picked += members[:missing]
+    return picked

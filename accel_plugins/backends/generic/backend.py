@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
+from accel_plugins.plugin.allocation import natural_key, prefer_fewest_numa_nodes
 from accel_plugins.plugin.backend import Publish
 from accel_plugins.plugin.device import Device, DeviceTree
 
@@ -135,6 +136,20 @@ class GenericBackend:
                 continue
             self._cdi_written[kind] = devices
 
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[Device],
+        must_include: Sequence[Device],
+        size: int,
+    ) -> list[str]:
+        """One NUMA node if possible, then the fewest; within them the fewest config
+        groups, best fit first so bigger groups stay whole; distinct units before
+        second replicas of a unit (two replicas of one unit are the same node twice)."""
+        return prefer_fewest_numa_nodes(
+            available, must_include, size, group_of=_config_group, order=_units_first
+        )
+
     def rescan(self) -> None:
         """Scan again now (when running), as if a device event had arrived."""
         if self._feed is not None:
@@ -164,6 +179,14 @@ class GenericBackend:
         finally:
             self._feed = None
             feed.close()
+
+
+def _config_group(device: Device) -> object:
+    return device.topology.get("group")
+
+
+def _units_first(device: Device) -> tuple[object, ...]:
+    return (device.topology.get("replica", 0), natural_key(device.id))
 
 
 def _log_changes(old: DeviceTree, new: DeviceTree, reason: Wakeup) -> None:
