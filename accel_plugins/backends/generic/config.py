@@ -32,7 +32,7 @@ Zero for ``count`` or ``limit`` means the default (1), as in squat.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -133,6 +133,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):  # `? [a]`: a list or mapping as a key
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain value, got {key!r}", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark
