@@ -168,6 +168,9 @@ def parse_config(text: str, source: str = "<config>") -> GenericConfig:
         data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(source, "", f"invalid YAML: {_yaml_reason(exc)}") from exc
+    except RecursionError:
+        # PyYAML composes recursively: thousands of nested brackets exhaust the stack.
+        raise ConfigError(source, "", "invalid YAML: nested too deeply") from None
     return _Reader(source).config(data)
 
 
