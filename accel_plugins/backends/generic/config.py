@@ -45,6 +45,9 @@ from accel_plugins.errors import ConfigError
 
 DEFAULT_PERMISSIONS = "mrw"
 USB_PERMISSIONS = "rw"
+# count and limit multiply devices: a million cost ~15 s of CPU on every rescan and could
+# never reach the kubelet (4 MiB ListAndWatch limit, ~70,000 devices); refuse absurd values.
+MAX_COUNT = 10_000
 # Opt-in for a Device-type path handed to the container outside /dev.
 OUTSIDE_DEV_KEY = "allowMountPathOutsideDev"
 
@@ -234,6 +237,8 @@ class _Reader:
             raise self.fail(where, f"expected a whole number, got {_type_name(value)}")
         if value < 0:
             raise self.fail(where, f"must not be negative, got {value}")
+        if value > MAX_COUNT:
+            raise self.fail(where, f"at most {MAX_COUNT}, got {value}")
         return value or 1  # squat: 0 (unset in Go) means the default, 1
 
     def scalar_map(self, value: object, where: str) -> Mapping[str, str]:
