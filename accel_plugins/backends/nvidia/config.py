@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 MIG_STRATEGIES = ("none", "single", "mixed")
 VERSION = "v1"
 DEFAULT_RECOVERY_SECONDS = 60.0
+# A million replicas took half a minute to build and could never reach the kubelet
+# (4 MiB ListAndWatch limit, ~70,000 devices); refuse absurd counts up front.
+MAX_REPLICAS = 10_000
 _RESOURCE = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")
 _SHAREABLE = re.compile(r"^nvidia\.com/(gpu|mig-[A-Za-z0-9.+]+)$")
 _GPU_INDEX = re.compile(r"^\d+$")
@@ -324,6 +327,8 @@ def _parse_replica(
     replicas = data.get("replicas")
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise r.fail(f"{where}.replicas", f"expected an integer >= 1, got {replicas!r}")
+    if replicas > MAX_REPLICAS:
+        raise r.fail(f"{where}.replicas", f"at most {MAX_REPLICAS}, got {replicas}")
     rename_raw = r.text(data, "rename", where)
     rename = (
         qualify(rename_raw) if rename_raw else (f"{name}.shared" if rename_by_default else name)
