@@ -110,7 +110,9 @@ def mig_uuid(gpu: str, slot: int) -> str:
 
 
 def default_bus_id(index: int) -> str:
-    return f"0000:{0x07 + index * 8:02x}:00.0"
+    # 32 buses per PCI domain keep the number two hex digits (a valid address) at any index.
+    domain, slot = divmod(index, 32)
+    return f"{domain:04x}:{0x07 + slot * 8:02x}:00.0"
 
 
 class _Reader:
