@@ -23,6 +23,8 @@ from typing import Protocol
 # before grpc is first imported, which the project imports below do.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
+from prometheus_client import CollectorRegistry
+
 from accel_plugins import __version__
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.flags import add_flag
@@ -30,8 +32,9 @@ from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, setup_logging
 from accel_plugins.metrics import (
     DEFAULT_METRICS_ADDRESS,
     MetricsServer,
-    new_registry,
+    PrometheusMetrics,
     parse_address,
+    watch_manager,
 )
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, Manager, ManagerSettings
@@ -157,10 +160,23 @@ async def serve(
     factory: Callable[[], Backend],
     settings: ManagerSettings,
     metrics_address: tuple[str, int] | None = None,
+    pod_resources: PodResourcesCache | None = None,
 ) -> int:
-    """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration."""
-    manager = Manager(factory, settings)
-    metrics = MetricsServer(new_registry(manager.status), manager.status)
+    """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
+
+    Metrics go into a registry of this call's own; ``pod_resources`` names the
+    pods holding each device on the device and GPU series.
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    manager = Manager(factory, settings, metrics=PrometheusMetrics(registry))
+    watch_manager(registry, manager, pod_resources)
+    metrics = MetricsServer(
+        registry,
+        manager.problems,
+        before_scrape=[pod_resources.touch] if pod_resources is not None else [],
+    )
+    if pod_resources is not None:
+        pod_resources.touch()  # the first scrape then has pods to name
     if metrics_address is not None:
         try:
             await metrics.start(*metrics_address)
@@ -189,10 +205,11 @@ def _run_vendor(name: str, args: argparse.Namespace) -> int:
     metrics_address = parse_address(args.metrics_address)
     # Backends learn which devices pods hold through args.in_use (they never
     # speak gRPC themselves); None answers mean "unknown right now".
-    args.in_use = PodResourcesCache(args.pod_resources_socket).in_use
+    pod_resources = PodResourcesCache(args.pod_resources_socket)
+    args.in_use = pod_resources.in_use
     factory = _vendor(name).backend_factory(args)  # validates config before any socket work
     settings = ManagerSettings(plugin_dir=args.plugin_dir, kubelet_socket=args.kubelet_socket)
-    return asyncio.run(serve(factory, settings, metrics_address))
+    return asyncio.run(serve(factory, settings, metrics_address, pod_resources))
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

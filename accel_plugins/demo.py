@@ -27,7 +27,7 @@ from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
 from accel_plugins.kubelet import AllocationRecord, Kubelet
-from accel_plugins.metrics import MetricsServer, new_registry
+from accel_plugins.metrics import MetricsServer, new_registry, status_health
 from accel_plugins.plugin.lifecycle import PluginStatus
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 
@@ -164,7 +164,7 @@ async def run_demo(
     def status() -> dict[str, PluginStatus]:
         return {**manager.status(), **nvidia.status()}
 
-    metrics = MetricsServer(new_registry(status), status)
+    metrics = MetricsServer(new_registry(status), status_health(status))
     kubelet = Kubelet(
         plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
     )

@@ -7,10 +7,15 @@ derives DevicePluginOptions from which of them the backend implements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
+
+if TYPE_CHECKING:
+    # Only for the annotation: the framework itself does not use prometheus_client.
+    from prometheus_client.metrics_core import Metric
 
 Publish = Callable[[DeviceTree], None]
 """Hands the manager a complete new snapshot. Must be called on the event loop
@@ -61,3 +66,29 @@ class PreStarter(Protocol):
     """Runs a device-specific step before each container start (e.g. a reset)."""
 
     def pre_start(self, resource: str, devices: Sequence[Device]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PodRef:
+    """A container that holds a device, as the kubelet's PodResources API reports it."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
+Holders = Callable[[str, str], Sequence[PodRef]]
+"""(resource, device ID) -> the containers holding that device now; empty when none
+or when the kubelet cannot say (no PodResources socket)."""
+
+
+@runtime_checkable
+class MetricsProvider(Protocol):
+    """Contributes its own series to ``/metrics``, read at scrape time (e.g. GPU telemetry).
+
+    Called from a worker thread, never the event loop, so it may block on
+    hardware briefly; it must read only snapshots the loop replaces whole.
+    A reading that fails leaves its series out instead of raising.
+    """
+
+    def collect_metrics(self, holders: Holders) -> Iterable[Metric]: ...

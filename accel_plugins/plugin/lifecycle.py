@@ -16,6 +16,7 @@ from pathlib import Path
 from accel_plugins.errors import RegistrationError
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device
+from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff, register
 from accel_plugins.plugin.server import PluginServer
 from accel_plugins.plugin.servicer import DevicePluginServicer, plugin_options
@@ -46,6 +47,7 @@ class ResourcePlugin:
         kubelet_identity: Callable[[], int | None],
         register_timeout: float,
         backoff: Backoff,
+        metrics: PluginMetrics = NO_METRICS,
     ) -> None:
         self.resource = resource
         self.socket_path = socket_path
@@ -57,6 +59,7 @@ class ResourcePlugin:
         self._kubelet_identity = kubelet_identity
         self._register_timeout = register_timeout
         self._backoff = backoff
+        self._metrics = metrics
         self._server: PluginServer | None = None
         self._register_task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
@@ -68,7 +71,9 @@ class ResourcePlugin:
         return self._server is not None and self._server.socket_alive()
 
     async def serve(self) -> None:
-        servicer = DevicePluginServicer(self.resource, self.capabilities, self.devices)
+        servicer = DevicePluginServicer(
+            self.resource, self.capabilities, self.devices, metrics=self._metrics
+        )
         server = PluginServer(servicer, self.socket_path)
         await server.start()
         self._server = server
@@ -79,8 +84,9 @@ class ResourcePlugin:
             self.socket_path,
         )
 
-    async def restart(self) -> None:
+    async def restart(self, reason: RestartReason = RestartReason.SOCKET_REMOVED) -> None:
         """Serve afresh (our socket was removed or options changed) and re-register."""
+        self._metrics.server_restarted(self.resource, reason)
         self._cancel_registration()
         self.registered_with = None
         if self._server is not None:
@@ -103,6 +109,15 @@ class ResourcePlugin:
         if self._server is not None:
             self._server.servicer.capabilities = capabilities
         return changed
+
+    async def problem(self, timeout: float) -> str | None:
+        """None while registered with the running kubelet and answering; else what is wrong."""
+        server = self._server
+        if server is None or not self.serving:
+            return "not serving"
+        if not self.registered:
+            return "not registered with the kubelet"
+        return await server.answers(timeout)
 
     async def stop(self) -> None:
         self._cancel_registration()
@@ -160,6 +175,7 @@ class ResourcePlugin:
                 )
             except RegistrationError as exc:
                 failures += 1
+                self._metrics.registration_failed(self.resource)
                 delay = self._backoff.next_delay()
                 # Log the first failure loudly, then quietly until it works.
                 level = logging.WARNING if failures == 1 else logging.DEBUG
@@ -176,6 +192,7 @@ class ResourcePlugin:
                 continue
             self.registered_with = identity
             self.registrations += 1
+            self._metrics.registered(self.resource)
             log.info(
                 "resource %s: registered with the kubelet at %s", self.resource, self.kubelet_socket
             )

@@ -22,6 +22,7 @@ from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device, DeviceTree, Health
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
+from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff
 from accel_plugins.plugin.server import socket_name
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
@@ -64,9 +65,18 @@ class _Event(enum.Enum):
 
 
 class Manager:
-    def __init__(self, backend_factory: BackendFactory, settings: ManagerSettings) -> None:
+    def __init__(
+        self,
+        backend_factory: BackendFactory,
+        settings: ManagerSettings,
+        *,
+        metrics: PluginMetrics = NO_METRICS,
+    ) -> None:
         self._factory = backend_factory
         self.settings = settings
+        self._metrics = metrics
+        # The last kubelet socket seen (its inode): a different one is a kubelet restart.
+        self._kubelet_seen: int | None = None
         self._plugins: dict[str, ResourcePlugin] = {}
         self._tree: DeviceTree = {}
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -84,6 +94,7 @@ class Manager:
         self._running = True
         self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
         watcher = self._watch()
+        self._note_kubelet(self._kubelet_identity())
         self._start_backend(self._factory())
         checker = asyncio.create_task(self._periodic_check(), name="socket check")
         try:
@@ -124,6 +135,19 @@ class Manager:
     @property
     def tree(self) -> DeviceTree:
         return self._tree
+
+    @property
+    def backend(self) -> Backend | None:
+        """The backend running now (None before the first and between restarts)."""
+        return self._backend
+
+    async def problems(self, timeout: float = 1.0) -> list[str]:
+        """What keeps a resource from working: not served, not registered, not answering."""
+        plugins = list(self._plugins.values())
+        found = await asyncio.gather(*(p.problem(timeout) for p in plugins))
+        return [
+            f"{p.resource}: {problem}" for p, problem in zip(plugins, found, strict=True) if problem
+        ]
 
     # -- events ----------------------------------------------------------------
 
@@ -184,8 +208,21 @@ class Manager:
         except FileNotFoundError:
             return None
 
+    def _note_kubelet(self, identity: int | None, *, created: bool = False) -> None:
+        """Count a kubelet restart: its socket was created again, or is another file.
+
+        A new socket often reuses the old one's inode number, so inotify's
+        creation event is the reliable sign; the inode catches missed events.
+        """
+        if identity is None:
+            return
+        if self._kubelet_seen is not None and (created or identity != self._kubelet_seen):
+            self._metrics.kubelet_restarted()
+        self._kubelet_seen = identity
+
     def _on_kubelet_started(self) -> None:
         identity = self._kubelet_identity()
+        self._note_kubelet(identity, created=True)
         for plugin in self._plugins.values():
             if plugin.registered_with != identity:
                 # A new kubelet forgets every plugin: register again, right now.
@@ -199,6 +236,7 @@ class Manager:
     async def _check(self) -> None:
         """Re-serve plugins whose socket vanished; re-register after a kubelet change."""
         identity = self._kubelet_identity()
+        self._note_kubelet(identity)
         for plugin in list(self._plugins.values()):
             if not plugin.serving:
                 log.info(
@@ -206,7 +244,7 @@ class Manager:
                     plugin.resource,
                     plugin.socket_path,
                 )
-                await plugin.restart()
+                await plugin.restart(RestartReason.SOCKET_REMOVED)
             elif plugin.registered_with is not None and plugin.registered_with != identity:
                 plugin.registered_with = None
                 plugin.register()
@@ -232,6 +270,7 @@ class Manager:
                 kubelet_identity=self._kubelet_identity,
                 register_timeout=self.settings.register_timeout,
                 backoff=Backoff(self.settings.backoff_initial, self.settings.backoff_max),
+                metrics=self._metrics,
             )
             self._plugins[resource] = plugin
             await plugin.serve()
@@ -273,6 +312,7 @@ class Manager:
                 await task
 
     async def _on_backend_died(self) -> None:
+        self._metrics.backend_restarted()
         # Nobody watches the hardware now: say so rather than keep promising health.
         self._tree = {resource: unhealthy(devices) for resource, devices in self._tree.items()}
         await self._apply(self._tree)
@@ -300,7 +340,7 @@ class Manager:
         self._start_backend(backend)
         for plugin in self._plugins.values():
             if plugin.set_capabilities(self._capabilities):
-                await plugin.restart()
+                await plugin.restart(RestartReason.OPTIONS_CHANGED)
 
 
 def unhealthy(devices: Mapping[str, Device]) -> dict[str, Device]:

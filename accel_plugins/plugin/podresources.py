@@ -5,6 +5,10 @@ from a cache; a stale cache schedules one refresh in the background and the
 caller sees the new answer on its next ask (backends re-check on every
 rescan). ``None`` means "unknown" (no socket, kubelet not answering):
 callers fall back to their own rule instead of guessing.
+
+Metrics ask which containers hold each device (``holders``) from a scrape
+thread; those answers come from the same cache, replaced whole on refresh,
+and a scrape only schedules a refresh (``touch``), never waits for one.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ import grpc
 
 from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
+from accel_plugins.plugin.backend import PodRef
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+
+_NOBODY: tuple[PodRef, ...] = ()
+_NO_DEVICES: Mapping[str, tuple[PodRef, ...]] = {}
 
 
 class PodResourcesCache:
@@ -39,6 +47,7 @@ class PodResourcesCache:
         self.timeout = timeout
         self._clock = clock
         self._held: Mapping[str, frozenset[str]] | None = None
+        self._holders: Mapping[str, Mapping[str, tuple[PodRef, ...]]] = {}
         self._fetched = float("-inf")
         self._refreshing: asyncio.Task[None] | None = None
         self._warned = False
@@ -56,6 +65,19 @@ class PodResourcesCache:
             return None
         return self._held.get(resource, frozenset())
 
+    def holders(self, resource: str, device_id: str) -> tuple[PodRef, ...]:
+        """Containers holding the device as of the last refresh; empty when unknown."""
+        return self._holders.get(resource, _NO_DEVICES).get(device_id, _NOBODY)
+
+    def holders_of(self, resource: str) -> Mapping[str, tuple[PodRef, ...]]:
+        """Device ID -> holders, for every held device of ``resource`` (any thread)."""
+        return self._holders.get(resource, _NO_DEVICES)
+
+    def touch(self) -> None:
+        """Schedule a refresh when the cache is stale; returns at once (event loop only)."""
+        if self._clock() - self._fetched >= self.max_age:
+            self._schedule_refresh()
+
     def _schedule_refresh(self) -> None:
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.get_running_loop().create_task(self.refresh())
@@ -63,7 +85,7 @@ class PodResourcesCache:
     async def refresh(self) -> None:
         self._fetched = self._clock()
         if not self.socket.exists():
-            self._held = None
+            self._forget()
             return
         try:
             async with grpc.aio.insecure_channel(f"unix://{self.socket}") as channel:
@@ -75,12 +97,25 @@ class PodResourcesCache:
                     "pod resources at %s: %s %s", self.socket, exc.code().name, exc.details()
                 )
                 self._warned = True
-            self._held = None
+            self._forget()
             return
         self._warned = False
-        held: dict[str, set[str]] = {}
+        holders: dict[str, dict[str, list[PodRef]]] = {}
         for pod in listed.pod_resources:
             for container in pod.containers:
+                ref = PodRef(pod.namespace, pod.name, container.name)
                 for devices in container.devices:
-                    held.setdefault(devices.resource_name, set()).update(devices.device_ids)
-        self._held = {name: frozenset(ids) for name, ids in held.items()}
+                    by_id = holders.setdefault(devices.resource_name, {})
+                    for device_id in devices.device_ids:
+                        refs = by_id.setdefault(device_id, [])
+                        if ref not in refs:
+                            refs.append(ref)
+        self._held = {name: frozenset(by_id) for name, by_id in holders.items()}
+        self._holders = {
+            name: {i: tuple(sorted(refs)) for i, refs in by_id.items()}
+            for name, by_id in holders.items()
+        }
+
+    def _forget(self) -> None:
+        self._held = None
+        self._holders = {}

@@ -69,6 +69,18 @@ class PluginServer:
                     f"{self.socket_path} does not answer: {exc.code().name} {exc.details()}"
                 ) from exc
 
+    async def answers(self, timeout: float) -> str | None:
+        """None when the server answers GetDevicePluginOptions within ``timeout``, else why not."""
+        if self._server is None:
+            return "not started"
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{self.socket_path}") as channel:
+                stub = pb_grpc.DevicePluginStub(channel)
+                await stub.GetDevicePluginOptions(pb.Empty(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            return f"does not answer on {self.socket_path}: {exc.code().name}"
+        return None
+
     def socket_alive(self) -> bool:
         """True while the socket file we created is still in place (not removed or replaced)."""
         try:

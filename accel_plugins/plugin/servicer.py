@@ -8,8 +8,10 @@ gRPC status codes with messages; nothing a caller sends can crash it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -21,6 +23,7 @@ from accel_plugins.plugin import allocation
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.convert import container_response, device_message
 from accel_plugins.plugin.device import ContainerAllocation, Device
+from accel_plugins.plugin.recorder import NO_METRICS, AllocationFailure, PluginMetrics
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +47,12 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         resource: str,
         capabilities: Capabilities,
         devices: Mapping[str, Device] | None = None,
+        *,
+        metrics: PluginMetrics = NO_METRICS,
     ) -> None:
         self.resource = resource
         self.capabilities = capabilities
+        self.metrics = metrics
         self._devices: Mapping[str, Device] = {}
         self._messages: dict[str, tuple[Device, pb.Device]] = {}
         self._response = pb.ListAndWatchResponse()
@@ -109,7 +115,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def GetDevicePluginOptions(
         self, request: pb.Empty, context: grpc.aio.ServicerContext[pb.Empty, pb.DevicePluginOptions]
     ) -> pb.DevicePluginOptions:
-        return self.options()
+        with self._timed("GetDevicePluginOptions"):
+            return self.options()
 
     async def ListAndWatch(
         self,
@@ -135,29 +142,42 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             pb.PreferredAllocationRequest, pb.PreferredAllocationResponse
         ],
     ) -> pb.PreferredAllocationResponse:
-        responses = []
-        for container in request.container_requests:
-            ids = await self._guard(context, lambda c=container: self._preferred(c))  # type: ignore[misc]
-            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
-        return pb.PreferredAllocationResponse(container_responses=responses)
+        with self._timed("GetPreferredAllocation"):
+            responses = []
+            for container in request.container_requests:
+                ids = await self._guard(context, lambda c=container: self._preferred(c))  # type: ignore[misc]
+                responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+            return pb.PreferredAllocationResponse(container_responses=responses)
 
     async def Allocate(
         self,
         request: pb.AllocateRequest,
         context: grpc.aio.ServicerContext[pb.AllocateRequest, pb.AllocateResponse],
     ) -> pb.AllocateResponse:
-        if not request.container_requests:
-            await self._abort(context, "the request has no container requests")
-        responses = []
-        for container in request.container_requests:
-            result = await self._guard(
-                context,
-                lambda c=container: self._allocate(c.devicesIDs),  # type: ignore[misc]
-            )
-            responses.append(container_response(result))
-        return pb.AllocateResponse(container_responses=responses)
+        with self._timed("Allocate"):
+            if not request.container_requests:
+                self.metrics.allocation_failed(self.resource, AllocationFailure.EMPTY_REQUEST)
+                await self._abort(context, "the request has no container requests")
+            responses = []
+            for container in request.container_requests:
+                result = await self._guard(
+                    context,
+                    lambda c=container: self._allocate(c.devicesIDs),  # type: ignore[misc]
+                )
+                responses.append(container_response(result))
+            return pb.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(
+        self,
+        request: pb.PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[
+            pb.PreStartContainerRequest, pb.PreStartContainerResponse
+        ],
+    ) -> pb.PreStartContainerResponse:
+        with self._timed("PreStartContainer"):
+            return await self._pre_start(request, context)
+
+    async def _pre_start(
         self,
         request: pb.PreStartContainerRequest,
         context: grpc.aio.ServicerContext[
@@ -187,6 +207,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     # -- helpers -------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _timed(self, method: str) -> Iterator[None]:
+        # Failed calls count too: context.abort raises through here.
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.metrics.rpc_finished(method, self.resource, time.perf_counter() - started)
+
     async def _abort(self, context: _AnyContext, message: str) -> None:
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT, f"resource {self.resource}: {message}"
@@ -206,9 +235,27 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         raise AssertionError("context.abort returned")  # pragma: no cover
 
     def _allocate(self, ids: Sequence[str]) -> ContainerAllocation:
-        devices = allocation.resolve(self.resource, list(ids), self._devices, require_healthy=True)
+        try:
+            devices = allocation.resolve(
+                self.resource, list(ids), self._devices, require_healthy=True
+            )
+        except AllocationError:
+            self.metrics.allocation_failed(self.resource, rejection(ids, self._devices))
+            raise
         hook = self.capabilities.allocator
-        return hook.allocate(self.resource, devices) if hook else allocation.merge(devices)
+        if hook is None:
+            result = allocation.merge(devices)
+        else:
+            try:
+                result = hook.allocate(self.resource, devices)
+            except AllocationError:
+                self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_REFUSED)
+                raise
+            except Exception:
+                self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_ERROR)
+                raise
+        self.metrics.allocated(self.resource, len(devices))
+        return result
 
     def _preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         size = request.allocation_size
@@ -243,6 +290,17 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 problem,
             )
         return allocation.prefer_fewest_numa_nodes(available, must, size)
+
+
+def rejection(ids: Sequence[str], known: Mapping[str, Device]) -> AllocationFailure:
+    """The first of the problems ``allocation.resolve`` names, as a metrics reason."""
+    if not ids:
+        return AllocationFailure.EMPTY_REQUEST
+    if any(i not in known for i in ids):
+        return AllocationFailure.UNKNOWN_DEVICE
+    if any(not known[i].healthy for i in ids):
+        return AllocationFailure.UNHEALTHY_DEVICE
+    return AllocationFailure.DUPLICATE_DEVICE
 
 
 def _check_answer(

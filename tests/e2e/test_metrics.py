@@ -1,91 +1,190 @@
-"""/metrics and /healthz over real HTTP, following the manager's state."""
+"""/metrics and /healthz over real HTTP, following the framework against the kubelet emulator."""
 
 from __future__ import annotations
 
 import asyncio
-import urllib.error
-import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
+import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from accel_plugins.errors import ConfigError
+from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
+from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.kubelet import Kubelet
-from accel_plugins.metrics import MetricsServer, new_registry, parse_address
-from accel_plugins.plugin.device import Device, Health, tree
-from tests.framework_fixtures import RunningManager, ScriptedBackend, StartManager
+from accel_plugins.metrics import parse_address
+from accel_plugins.plugin.device import ContainerAllocation, Device, Health, tree
+from accel_plugins.plugin.servicer import DevicePluginServicer
+from tests.framework_fixtures import ScriptedBackend
+from tests.metrics_support import MetricsNode, series
 
 WIDGET = "example.com/widget"
+RES = ("resource", WIDGET)
 
 
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+class RefusingBackend(ScriptedBackend):
+    """Allocates through a hook: refuses ``w1`` (AllocationError) and crashes on ``w2``."""
 
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
+        ids = {d.id for d in devices}
+        if "w1" in ids:
+            raise AllocationError(f"resource {resource}: w1 is reserved")
+        if "w2" in ids:
+            raise RuntimeError("backend bug")
+        return ContainerAllocation(envs={"W": ",".join(sorted(ids))})
 
 
 @pytest.fixture
-async def metrics_url(
-    kubelet: Kubelet, start_manager: StartManager
-) -> AsyncIterator[tuple[str, RunningManager, ScriptedBackend]]:
-    devices = [Device("w0"), Device("w1"), Device("w2", Health.UNHEALTHY)]
-    backend = ScriptedBackend(tree({WIDGET: devices}))
-    running = await start_manager(backend)
-    server = MetricsServer(new_registry(running.manager.status), running.manager.status)
-    host, port = await server.start("127.0.0.1", 0)
-    yield f"http://{host}:{port}", running, backend
-    await server.stop()
+async def node(kubelet: Kubelet) -> AsyncIterator[tuple[MetricsNode, RefusingBackend]]:
+    devices = [Device("w0"), Device("w1"), Device("w2"), Device("w3", Health.UNHEALTHY)]
+    backend = RefusingBackend(tree({WIDGET: devices}))
+    async with MetricsNode(lambda: backend, kubelet.plugin_dir) as running:
+        await kubelet.wait_for_resource(WIDGET, allocatable=3)
+        await kubelet.wait_for(lambda k: running.manager.status()[WIDGET].registered)
+        yield running, backend
 
 
-async def test_scrape_reports_devices_and_registration(
-    kubelet: Kubelet, metrics_url: tuple[str, RunningManager, ScriptedBackend]
+async def test_scrape_reports_devices_registration_and_streams(
+    kubelet: Kubelet, node: tuple[MetricsNode, RefusingBackend]
 ) -> None:
-    url, _, backend = metrics_url
-    await kubelet.wait_for_resource(WIDGET, allocatable=2)
-    await kubelet.wait_for(lambda k: k.resources[WIDGET].connected)
-    status, text = await asyncio.to_thread(get, f"{url}/metrics")
-    assert status == 200
-    values = samples(text)
-    res = ("resource", WIDGET)
-    assert values[("accel_plugins_devices", (("health", "Healthy"), res))] == 2
-    assert values[("accel_plugins_devices", (("health", "Unhealthy"), res))] == 1
-    assert values[("accel_plugins_resource_registered", (res,))] == 1
-    assert values[("accel_plugins_registrations_total", (res,))] == 1
-    assert values[("accel_plugins_list_and_watch_streams", (res,))] == 1
+    running, backend = node
+    values = await running.scrape()
+    assert series(values, "accel_plugins_devices") == {
+        (("health", "Healthy"), RES): 3,
+        (("health", "Unhealthy"), RES): 1,
+    }
+    assert series(values, "accel_plugins_resource_registered") == {(RES,): 1}
+    assert series(values, "accel_plugins_registrations_total") == {(RES,): 1}
+    assert series(values, "accel_plugins_list_and_watch_streams") == {(RES,): 1}
+    assert series(values, "accel_plugins_kubelet_restarts_total") == {(): 0}
+    (((_, version),),) = series(values, "accel_plugins_build_info")
+    assert version
 
     backend.set(tree({WIDGET: [Device("w0")]}))
     await kubelet.wait_for_resource(WIDGET, allocatable=1)
-    _, text = await asyncio.to_thread(get, f"{url}/metrics")
-    assert samples(text)[("accel_plugins_devices", (("health", "Unhealthy"), res))] == 0
+    values = await running.scrape()
+    assert series(values, "accel_plugins_devices")[(("health", "Unhealthy"), RES)] == 0
+    assert set(series(values, "accel_plugins_device_healthy")) == {
+        (("container", ""), ("device", "w0"), ("namespace", ""), ("pod", ""), RES)
+    }
 
 
-async def test_healthz_follows_the_kubelet(
-    kubelet: Kubelet, metrics_url: tuple[str, RunningManager, ScriptedBackend]
+async def test_allocations_move_the_counters_and_the_rpc_histogram(
+    kubelet: Kubelet, node: tuple[MetricsNode, RefusingBackend]
 ) -> None:
-    url, running, _ = metrics_url
-    await kubelet.wait_for_resource(WIDGET)
-    await kubelet.wait_for(lambda k: running.manager.status()[WIDGET].registered)
-    assert (await asyncio.to_thread(get, f"{url}/healthz"))[0] == 200
+    running, _ = node
+    before = await running.scrape()
+    assert series(before, "accel_plugins_allocations_total") == {(RES,): 0}
+
+    await kubelet.allocate("pod-a", "main", WIDGET, 1)  # the emulator's preferred pick: w0
+    values = await running.scrape()
+    assert series(values, "accel_plugins_allocations_total") == {(RES,): 1}
+    assert series(values, "accel_plugins_allocated_devices_total") == {(RES,): 1}
+    counts = series(values, "accel_plugins_rpc_duration_seconds_count")
+    assert counts[(("method", "Allocate"), RES)] == 1
+    assert counts[(("method", "GetPreferredAllocation"), RES)] == 1
+    assert counts[(("method", "GetDevicePluginOptions"), RES)] >= 1  # asked at registration
+    buckets = series(values, "accel_plugins_rpc_duration_seconds_bucket")
+    assert buckets[(("le", "+Inf"), ("method", "Allocate"), RES)] == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "reason", "code"),
+    [
+        pytest.param([], "empty_request", grpc.StatusCode.INVALID_ARGUMENT, id="no-containers"),
+        pytest.param([[]], "empty_request", grpc.StatusCode.INVALID_ARGUMENT, id="no-ids"),
+        pytest.param([["nope"]], "unknown_device", grpc.StatusCode.INVALID_ARGUMENT, id="unknown"),
+        pytest.param(
+            [["w3"]], "unhealthy_device", grpc.StatusCode.INVALID_ARGUMENT, id="unhealthy"
+        ),
+        pytest.param(
+            [["w0", "w0"]], "duplicate_device", grpc.StatusCode.INVALID_ARGUMENT, id="duplicate"
+        ),
+        pytest.param([["w1"]], "backend_refused", grpc.StatusCode.INVALID_ARGUMENT, id="refused"),
+        pytest.param([["w2"]], "backend_error", grpc.StatusCode.INTERNAL, id="backend-crash"),
+    ],
+)
+async def test_allocation_errors_count_by_reason(
+    kubelet: Kubelet,
+    node: tuple[MetricsNode, RefusingBackend],
+    ids: list[list[str]],
+    reason: str,
+    code: grpc.StatusCode,
+) -> None:
+    running, _ = node
+    socket = kubelet.plugin_dir / kubelet.registrations[0].endpoint
+    request = pb.AllocateRequest(
+        container_requests=[pb.ContainerAllocateRequest(devicesIDs=c) for c in ids]
+    )
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await pb_grpc.DevicePluginStub(channel).Allocate(request, timeout=5)
+    assert failed.value.code() == code
+    values = await running.scrape()
+    errors = series(values, "accel_plugins_allocation_errors_total")
+    assert errors[(("reason", reason), RES)] == 1
+    assert sum(errors.values()) == 1  # every other reason is a zero series
+    assert series(values, "accel_plugins_allocations_total") == {(RES,): 0}
+    assert (
+        series(values, "accel_plugins_rpc_duration_seconds_count")[(("method", "Allocate"), RES)]
+        == 1
+    )
+
+
+async def test_kubelet_restart_counts_and_healthz_follows(
+    kubelet: Kubelet, node: tuple[MetricsNode, RefusingBackend]
+) -> None:
+    running, _ = node
+    assert await running.get("/healthz") == (200, "ok\n")
 
     await kubelet.stop()  # the kubelet goes away, and its socket with it
     assert not kubelet.socket_path.exists()
-    status, body = await asyncio.to_thread(get, f"{url}/healthz")
-    assert (status, body) == (503, "not registered\n")
+    assert await running.get("/healthz") == (
+        503,
+        f"{WIDGET}: not registered with the kubelet\n",
+    )
 
-    await kubelet.start()
+    await kubelet.start()  # a new kubelet wipes the directory: re-serve, re-register
+    await kubelet.wait_for_resource(WIDGET)
     await kubelet.wait_for(lambda k: running.manager.status()[WIDGET].registered)
-    assert (await asyncio.to_thread(get, f"{url}/healthz"))[0] == 200
+    assert await running.get("/healthz") == (200, "ok\n")
+    values = await running.scrape()
+    assert series(values, "accel_plugins_kubelet_restarts_total") == {(): 1}
+    assert series(values, "accel_plugins_registrations_total") == {(RES,): 2}
+    restarts = series(values, "accel_plugins_server_restarts_total")
+    assert restarts == {(("reason", "socket_removed"), RES): 1}
+
+
+async def test_healthz_fails_while_a_server_does_not_answer(
+    kubelet: Kubelet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hung = asyncio.Event()
+
+    async def options(
+        self: DevicePluginServicer, request: pb.Empty, context: object
+    ) -> pb.DevicePluginOptions:
+        if hung.is_set():
+            await asyncio.Event().wait()  # never answers; cancelled when the server stops
+        return self.options()
+
+    # Before the server starts: gRPC binds the handler methods once, at start.
+    monkeypatch.setattr(DevicePluginServicer, "GetDevicePluginOptions", options)
+    backend = ScriptedBackend(tree({WIDGET: [Device("w0")]}))
+    async with MetricsNode(lambda: backend, kubelet.plugin_dir, probe_timeout=0.3) as running:
+        await kubelet.wait_for_resource(WIDGET, allocatable=1)
+        await kubelet.wait_for(lambda k: running.manager.status()[WIDGET].registered)
+        assert await running.get("/healthz") == (200, "ok\n")
+        hung.set()
+        socket = kubelet.plugin_dir / kubelet.registrations[-1].endpoint
+        assert await running.get("/healthz") == (
+            503,
+            f"{WIDGET}: does not answer on {socket}: DEADLINE_EXCEEDED\n",
+        )
+
+
+async def test_unknown_paths_and_methods(node: tuple[MetricsNode, RefusingBackend]) -> None:
+    running, _ = node
+    assert (await running.get("/nothing"))[0] == 404
 
 
 @pytest.mark.parametrize(

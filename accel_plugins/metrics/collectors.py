@@ -1,0 +1,146 @@
+"""Series read at scrape time from the manager, the backend and the pod attribution.
+
+Collectors run in a worker thread (see ``server.py``). They read only values
+the event loop replaces whole (status snapshots, device trees, the
+attribution cache), never structures it mutates in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from accel_plugins import __version__
+from accel_plugins.plugin.backend import MetricsProvider, PodRef
+from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.lifecycle import PluginStatus
+
+log = logging.getLogger(__name__)
+
+PREFIX = "accel_plugins"
+POD_LABELS = ("namespace", "pod", "container")
+
+StatusSource = Callable[[], Mapping[str, PluginStatus]]
+TreeSource = Callable[[], DeviceTree]
+BackendSource = Callable[[], object]
+
+_NOBODY: tuple[PodRef, ...] = ()
+_UNATTRIBUTED = ("", "", "")
+
+
+class Attribution(Protocol):
+    """Which containers hold which devices (``PodResourcesCache`` is one)."""
+
+    @property
+    def available(self) -> bool:
+        """True while the kubelet's PodResources API answered the last refresh."""
+        ...
+
+    def holders(self, resource: str, device_id: str) -> Sequence[PodRef]: ...
+
+    def holders_of(self, resource: str) -> Mapping[str, Sequence[PodRef]]: ...
+
+
+class NoAttribution:
+    """Attribution switched off: every device is unattributed."""
+
+    available = False
+
+    def holders(self, resource: str, device_id: str) -> Sequence[PodRef]:
+        return _NOBODY
+
+    def holders_of(self, resource: str) -> Mapping[str, Sequence[PodRef]]:
+        return {}
+
+
+def pod_labels(refs: Sequence[PodRef]) -> list[tuple[str, str, str]]:
+    """One label triple per holder; one empty triple for a device nobody holds."""
+    if not refs:
+        return [_UNATTRIBUTED]
+    return [(r.namespace, r.pod, r.container) for r in refs]
+
+
+class PluginCollector(Collector):
+    """Per-resource state of the framework, plus build information."""
+
+    def __init__(self, status: StatusSource) -> None:
+        self._status = status
+
+    def collect(self) -> Iterator[Metric]:
+        status = self._status()
+        devices = GaugeMetricFamily(
+            f"{PREFIX}_devices",
+            "Devices offered to the kubelet, by health.",
+            labels=["resource", "health"],
+        )
+        registered = GaugeMetricFamily(
+            f"{PREFIX}_resource_registered",
+            "1 while the resource is registered with the kubelet and served.",
+            labels=["resource"],
+        )
+        streams = GaugeMetricFamily(
+            f"{PREFIX}_list_and_watch_streams",
+            "Open ListAndWatch streams.",
+            labels=["resource"],
+        )
+        for resource, s in status.items():
+            devices.add_metric([resource, "Healthy"], s.healthy)
+            devices.add_metric([resource, "Unhealthy"], s.devices - s.healthy)
+            registered.add_metric([resource], 1 if s.registered and s.serving else 0)
+            streams.add_metric([resource], s.open_streams)
+        info = GaugeMetricFamily(
+            f"{PREFIX}_build_info", "Always 1; the version as a label.", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield from (devices, registered, streams, info)
+
+
+class DeviceCollector(Collector):
+    """One series per device (and holder): its health and the pod holding it."""
+
+    def __init__(self, tree: TreeSource, attribution: Attribution) -> None:
+        self._tree = tree
+        self._attribution = attribution
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            f"{PREFIX}_device_healthy",
+            "1 while the device is Healthy, 0 while Unhealthy; namespace, pod and container "
+            "name who holds it (empty when nobody does or attribution is unavailable).",
+            labels=["resource", "device", *POD_LABELS],
+        )
+        add = family.add_metric
+        for resource, devices in self._tree().items():
+            held = self._attribution.holders_of(resource)
+            for device_id, device in devices.items():
+                value = 1 if device.healthy else 0
+                for namespace, pod, container in pod_labels(held.get(device_id, _NOBODY)):
+                    add([resource, device_id, namespace, pod, container], value)
+        available = GaugeMetricFamily(
+            f"{PREFIX}_pod_attribution_available",
+            "1 while the kubelet's PodResources API answers, so device series name their pods.",
+        )
+        available.add_metric([], 1 if self._attribution.available else 0)
+        yield from (family, available)
+
+
+class BackendCollector(Collector):
+    """Whatever the running backend contributes (a ``MetricsProvider``), e.g. GPU telemetry."""
+
+    def __init__(self, backend: BackendSource, attribution: Attribution) -> None:
+        self._backend = backend
+        self._attribution = attribution
+
+    def collect(self) -> Iterator[Metric]:
+        backend = self._backend()
+        if not isinstance(backend, MetricsProvider):
+            return
+        try:
+            yield from list(backend.collect_metrics(self._attribution.holders))
+        except Exception:
+            # A backend bug must not take the framework's series down with it.
+            log.exception("backend metrics failed; scraping without them")

@@ -1,0 +1,94 @@
+"""What the framework tells a metrics system while it works.
+
+The servicer, the lifecycle and the manager report events through this small
+Protocol; ``accel_plugins.metrics`` implements it with Prometheus counters and
+histograms. The framework itself never imports a metrics library, and without
+a recorder every call goes to :data:`NO_METRICS`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+
+class AllocationFailure(enum.StrEnum):
+    """Why an Allocate request (one container's part of it) was refused.
+
+    A closed set, so the ``reason`` label stays small.
+    """
+
+    EMPTY_REQUEST = "empty_request"
+    UNKNOWN_DEVICE = "unknown_device"
+    UNHEALTHY_DEVICE = "unhealthy_device"
+    DUPLICATE_DEVICE = "duplicate_device"
+    BACKEND_REFUSED = "backend_refused"  # the backend's allocate raised AllocationError
+    BACKEND_ERROR = "backend_error"  # the backend's allocate crashed
+
+
+class RestartReason(enum.StrEnum):
+    """Why a resource's gRPC server was started afresh."""
+
+    SOCKET_REMOVED = "socket_removed"  # the kubelet wiped the plugin directory
+    OPTIONS_CHANGED = "options_changed"  # a reload changed the advertised options
+
+
+class PluginMetrics(Protocol):
+    """Event sink of the framework; every method must be cheap and never raise."""
+
+    def rpc_finished(self, method: str, resource: str, seconds: float) -> None:
+        """A unary DevicePlugin RPC ended (answered or failed) after ``seconds``."""
+        ...
+
+    def allocated(self, resource: str, devices: int) -> None:
+        """One container's allocation succeeded with ``devices`` devices."""
+        ...
+
+    def allocation_failed(self, resource: str, reason: AllocationFailure) -> None: ...
+
+    def registered(self, resource: str) -> None:
+        """The kubelet accepted a Register call."""
+        ...
+
+    def registration_failed(self, resource: str) -> None: ...
+
+    def kubelet_restarted(self) -> None:
+        """The kubelet's socket came back as a new file: a new kubelet is running."""
+        ...
+
+    def server_restarted(self, resource: str, reason: RestartReason) -> None: ...
+
+    def backend_restarted(self) -> None:
+        """The backend crashed or stopped and is being rebuilt."""
+        ...
+
+
+class NoMetrics:
+    """Records nothing: the default when nobody collects metrics."""
+
+    def rpc_finished(self, method: str, resource: str, seconds: float) -> None:
+        pass
+
+    def allocated(self, resource: str, devices: int) -> None:
+        pass
+
+    def allocation_failed(self, resource: str, reason: AllocationFailure) -> None:
+        pass
+
+    def registered(self, resource: str) -> None:
+        pass
+
+    def registration_failed(self, resource: str) -> None:
+        pass
+
+    def kubelet_restarted(self) -> None:
+        pass
+
+    def server_restarted(self, resource: str, reason: RestartReason) -> None:
+        pass
+
+    def backend_restarted(self) -> None:
+        pass
+
+
+NO_METRICS: PluginMetrics = NoMetrics()
