@@ -313,7 +313,8 @@ BAD = [
     pytest.param(
         serial("{path: /dev/a, mountpath: /dev/b}"),
         "config.yaml: devices[0].groups[0].paths[0].mountpath: unknown key (expected one of: path, "
-        "mountPath, permissions, readOnly, type, limit, optional, allowMountPathOutsideDev)",
+        "mountPath, permissions, readOnly, type, limit, optional, allowMountPathOutsideDev, "
+        "allowHostPathOutsideDev)",
         id="unknown-path-key",
     ),
     pytest.param(

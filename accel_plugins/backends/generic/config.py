@@ -50,6 +50,8 @@ USB_PERMISSIONS = "rw"
 MAX_COUNT = 10_000
 # Opt-in for a Device-type path handed to the container outside /dev.
 OUTSIDE_DEV_KEY = "allowMountPathOutsideDev"
+# Opt-in for a Device-type host path outside /dev (e.g. a driver container's /run/.../dev).
+HOST_OUTSIDE_DEV_KEY = "allowHostPathOutsideDev"
 
 _GLOB_CHARS = frozenset("*?[")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -72,6 +74,7 @@ class PathSpec:
     limit: int = 1
     optional: bool = False
     allow_mount_path_outside_dev: bool = False
+    allow_host_path_outside_dev: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +353,7 @@ class _Reader:
             "limit",
             "optional",
             OUTSIDE_DEV_KEY,
+            HOST_OUTSIDE_DEV_KEY,
         )
         raw = self.mapping(value, where, keys)
         if "path" not in raw:
@@ -372,6 +376,17 @@ class _Reader:
                 f"{target!r} would put a device node outside /dev in the container; "
                 f"set {OUTSIDE_DEV_KEY}: true on this path if that is intended",
             )
+        host_outside = self.boolean(
+            raw.get(HOST_OUTSIDE_DEV_KEY, False), f"{where}.{HOST_OUTSIDE_DEV_KEY}"
+        )
+        # Without this, `{path: /etc/shadow, mountPath: /dev/x}` handed any host file to
+        # the runtime as a device node.
+        if kind is PathType.DEVICE and not host_outside and not _under_dev(path):
+            raise self.fail(
+                f"{where}.path",
+                f"{path!r} is a Device path outside /dev on the host; "
+                f"set {HOST_OUTSIDE_DEV_KEY}: true on this path if that is intended",
+            )
         return PathSpec(
             path=path,
             mount_path=mount_path,
@@ -383,6 +398,7 @@ class _Reader:
             limit=self.count(raw.get("limit", 1), f"{where}.limit"),
             optional=self.boolean(raw.get("optional", False), f"{where}.optional"),
             allow_mount_path_outside_dev=outside,
+            allow_host_path_outside_dev=host_outside,
         )
 
     def usb_id(self, value: object, where: str) -> int:
