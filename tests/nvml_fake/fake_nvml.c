@@ -14,6 +14,10 @@
  *   event <gpu> <xid> <gi|-1> <ci|-1>             queued for nvmlEventSetWait
  *   lostevent                                     a wait that fails with GPU_IS_LOST
  *   lost <gpu>                                    every call on this GPU fails
+ *   telemetry <gpu> <key> <value|na|err>          a sensor reading, "not supported"
+ *                                                 or a failing call (UNKNOWN);
+ *       keys: util_gpu util_mem mem_used (bytes) temp power_mw ecc_corrected
+ *       ecc_uncorrected. Unset sensors are not supported; mem_used defaults to 0.
  *
  * Only the layout of the structs pynvml passes matters; values are ours.
  */
@@ -30,11 +34,23 @@
 #define E_INSUFFICIENT_SIZE 7
 #define E_TIMEOUT 10
 #define E_GPU_IS_LOST 15
+#define E_UNKNOWN 999
 
 #define MAX_GPUS 16
 #define MAX_MIGS 8
 #define MAX_LINKS 18
 #define MAX_EVENTS 64
+
+enum { T_UTIL_GPU, T_UTIL_MEM, T_MEM_USED, T_TEMP, T_POWER_MW, T_ECC_CORR, T_ECC_UNCORR, T_KEYS };
+static const char *telemetry_keys[T_KEYS] = {
+    "util_gpu", "util_mem", "mem_used", "temp", "power_mw", "ecc_corrected", "ecc_uncorrected",
+};
+
+/* One sensor: its value, or the NVML code a read returns instead (OK when it has a value). */
+struct reading {
+    unsigned long long value;
+    int code;
+};
 
 struct fake_device {
     int gpu; /* owning GPU index */
@@ -57,6 +73,7 @@ struct fake_gpu {
     int links;
     char remote[MAX_LINKS][32];
     unsigned topo[MAX_GPUS];
+    struct reading telemetry[T_KEYS];
 };
 
 struct fake_event {
@@ -131,6 +148,8 @@ static void load_table(void) {
             g->self.gpu = gpu_count;
             g->self.mig = -1;
             g->self.present = 1;
+            for (int k = 0; k < T_KEYS; k++) g->telemetry[k].code = E_NOT_SUPPORTED;
+            g->telemetry[T_MEM_USED].code = OK;
             gpu_count++;
         } else if (!strcmp(kind, "mig")) {
             int gpu, slot;
@@ -163,6 +182,23 @@ static void load_table(void) {
             e->lost = 0;
         } else if (!strcmp(kind, "lostevent") && event_count < MAX_EVENTS) {
             events[event_count++] = (struct fake_event){.lost = 1};
+        } else if (!strcmp(kind, "telemetry")) {
+            int gpu;
+            char key[32], value[32];
+            if (sscanf(rest, "%d %31s %31s", &gpu, key, value) != 3) continue;
+            if (gpu < 0 || gpu >= MAX_GPUS) continue;
+            for (int k = 0; k < T_KEYS; k++) {
+                if (strcmp(key, telemetry_keys[k])) continue;
+                struct reading *r = &gpus[gpu].telemetry[k];
+                if (!strcmp(value, "na")) {
+                    r->code = E_NOT_SUPPORTED;
+                } else if (!strcmp(value, "err")) {
+                    r->code = E_UNKNOWN;
+                } else {
+                    r->code = OK;
+                    r->value = strtoull(value, NULL, 10);
+                }
+            }
         } else if (!strcmp(kind, "lost")) {
             int gpu = atoi(rest);
             if (gpu >= 0 && gpu < MAX_GPUS) gpus[gpu].lost = 1;
@@ -248,13 +284,64 @@ int nvmlDeviceGetMinorNumber(struct fake_device *d, unsigned *minor) {
     return OK;
 }
 
+/* A GPU's sensor; MIG devices have none of their own. */
+static int sensor(struct fake_device *d, int key, unsigned long long *value) {
+    int rc = check(d);
+    if (rc) return rc;
+    if (d->mig >= 0) return E_NOT_SUPPORTED;
+    struct reading *r = &gpus[d->gpu].telemetry[key];
+    if (r->code == OK) *value = r->value;
+    return r->code;
+}
+
 int nvmlDeviceGetMemoryInfo(struct fake_device *d, memory_t *memory) {
     int rc = check(d);
     if (rc) return rc;
+    unsigned long long used = 0;
+    if (d->mig < 0) {
+        rc = sensor(d, T_MEM_USED, &used);
+        if (rc) return rc;
+    }
     memory->total = d->mib * 1024ULL * 1024ULL;
-    memory->used = 0;
-    memory->free = memory->total;
+    memory->used = used;
+    memory->free = memory->total - used;
     return OK;
+}
+
+typedef struct {
+    unsigned gpu, memory;
+} utilization_t;
+
+int nvmlDeviceGetUtilizationRates(struct fake_device *d, utilization_t *rates) {
+    unsigned long long busy = 0, memory = 0;
+    int rc = sensor(d, T_UTIL_GPU, &busy);
+    if (!rc) rc = sensor(d, T_UTIL_MEM, &memory);
+    if (rc) return rc;
+    rates->gpu = (unsigned)busy;
+    rates->memory = (unsigned)memory;
+    return OK;
+}
+
+int nvmlDeviceGetTemperature(struct fake_device *d, int sensor_type, unsigned *celsius) {
+    unsigned long long value = 0;
+    if (sensor_type != 0) return E_INVALID_ARGUMENT; /* NVML_TEMPERATURE_GPU only */
+    int rc = sensor(d, T_TEMP, &value);
+    if (!rc) *celsius = (unsigned)value;
+    return rc;
+}
+
+int nvmlDeviceGetPowerUsage(struct fake_device *d, unsigned *milliwatts) {
+    unsigned long long value = 0;
+    int rc = sensor(d, T_POWER_MW, &value);
+    if (!rc) *milliwatts = (unsigned)value;
+    return rc;
+}
+
+int nvmlDeviceGetTotalEccErrors(struct fake_device *d, int error_type, int counter_type,
+                                unsigned long long *count) {
+    if (counter_type != 0) return E_INVALID_ARGUMENT; /* NVML_VOLATILE_ECC only */
+    if (error_type != 0 && error_type != 1) return E_INVALID_ARGUMENT;
+    return sensor(d, error_type == 0 ? T_ECC_CORR : T_ECC_UNCORR, count);
 }
 
 int nvmlDeviceGetPciInfo_v3(struct fake_device *d, pci_info_t *info) {

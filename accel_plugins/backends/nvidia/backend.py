@@ -6,6 +6,8 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
+from prometheus_client.metrics_core import Metric
+
 from accel_plugins.backends.nvidia.allocate import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.discovery import Node, discover
@@ -14,8 +16,9 @@ from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
+from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError
-from accel_plugins.plugin.backend import Backend, Publish
+from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,7 @@ class NvidiaBackend:
         self._wait_ms = wait_ms
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
+        self.telemetry = GpuTelemetry(nvml)
 
     @property
     def monitor(self) -> HealthMonitor | None:
@@ -117,6 +121,10 @@ class NvidiaBackend:
                     await asyncio.shield(asyncio.to_thread(self.nvml.shutdown))
             except NvmlError as exc:
                 log.warning("NVML shutdown failed: %s", exc)
+
+    def collect_metrics(self, holders: Holders) -> list[Metric]:
+        """Per-GPU series for /metrics, read from NVML now (a MetricsProvider; telemetry.py)."""
+        return self.telemetry.collect(self._monitor, self._resources, holders)
 
     def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
         sharing = self.settings.time_slicing

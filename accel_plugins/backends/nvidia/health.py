@@ -134,12 +134,25 @@ class HealthMonitor:
         self._probes: set[asyncio.Future[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._mig_parent = {m.uuid: g.uuid for g in gpus for m in g.migs}
+        # (GPU UUID, XID) -> events seen, ignored XIDs included: the metrics' XID counter.
+        self._xids: dict[tuple[str, int], int] = {}
+        self._xids_lock = threading.Lock()
         self.ready = asyncio.Event()
         """Set once every GPU is registered for events (or at once when checks are off)."""
 
     @property
     def faults(self) -> Mapping[str, Fault]:
         return dict(self._faults)
+
+    @property
+    def gpus(self) -> tuple[Gpu, ...]:
+        """The GPUs this monitor watches, in discovery order."""
+        return tuple(self._gpus.values())
+
+    def xid_counts(self) -> dict[tuple[str, int], int]:
+        """(GPU UUID, XID) -> how many events arrived, whatever the policy made of them."""
+        with self._xids_lock:
+            return dict(self._xids)
 
     @property
     def pending_recoveries(self) -> list[str]:
@@ -300,6 +313,11 @@ class HealthMonitor:
                 events.free()
 
     def _handle(self, event: XidEvent) -> None:
+        gpu_uuid = self._mig_parent.get(event.uuid or "", event.uuid)
+        if gpu_uuid is not None and gpu_uuid in self._gpus:
+            with self._xids_lock:
+                key = (gpu_uuid, event.xid)
+                self._xids[key] = self._xids.get(key, 0) + 1
         if not self._policy.is_critical(event.xid):
             log.info("ignoring XID %d on %s (not critical under the policy)", event.xid, event.uuid)
             return

@@ -79,6 +79,17 @@ class XidEvent:
     compute_instance: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    """Percent of the last sample period (1/6 s to 1 s, by product) the GPU was busy.
+
+    ``gpu``: one or more kernels ran; ``memory``: device memory was read or written.
+    """
+
+    gpu: int
+    memory: int
+
+
 class EventSet(Protocol):
     """An NVML event set watching XID critical errors."""
 
@@ -121,6 +132,26 @@ class Nvml(Protocol):
 
     def pci_bus_id(self, handle: Handle) -> str:
         """Bus ID in sysfs form, e.g. ``0000:07:00.0``."""
+        ...
+
+    # Telemetry, read at scrape time: NvmlNotSupportedError where the GPU has no such sensor.
+
+    def utilization(self, handle: Handle) -> Utilization: ...
+
+    def memory_used(self, handle: Handle) -> int:
+        """Framebuffer memory in use, in bytes."""
+        ...
+
+    def temperature(self, handle: Handle) -> int:
+        """GPU die temperature in degrees Celsius."""
+        ...
+
+    def power_usage(self, handle: Handle) -> float:
+        """Power draw of the board in watts."""
+        ...
+
+    def ecc_errors(self, handle: Handle, *, corrected: bool) -> int:
+        """Corrected (single-bit) or uncorrected ECC errors since the driver loaded."""
         ...
 
     def numa_node(self, handle: Handle) -> int | None: ...
@@ -323,6 +354,56 @@ class Pynvml:
 
         info = self._call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo_v3, handle)
         return normalize_bus_id(_text(info.busId))
+
+    def utilization(self, handle: Handle) -> Utilization:
+        import pynvml
+
+        rates = self._call(
+            "nvmlDeviceGetUtilizationRates", pynvml.nvmlDeviceGetUtilizationRates, handle
+        )
+        return Utilization(gpu=int(rates.gpu), memory=int(rates.memory))
+
+    def memory_used(self, handle: Handle) -> int:
+        import pynvml
+
+        info = self._call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
+        return int(info.used)
+
+    def temperature(self, handle: Handle) -> int:
+        import pynvml
+
+        return int(
+            self._call(
+                "nvmlDeviceGetTemperature",
+                pynvml.nvmlDeviceGetTemperature,
+                handle,
+                pynvml.NVML_TEMPERATURE_GPU,
+            )
+        )
+
+    def power_usage(self, handle: Handle) -> float:
+        import pynvml
+
+        milliwatts = self._call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle)
+        return int(milliwatts) / 1000
+
+    def ecc_errors(self, handle: Handle, *, corrected: bool) -> int:
+        import pynvml
+
+        kind = (
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED
+            if corrected
+            else pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        )
+        return int(
+            self._call(
+                "nvmlDeviceGetTotalEccErrors",
+                pynvml.nvmlDeviceGetTotalEccErrors,
+                handle,
+                kind,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+        )
 
     def numa_node(self, handle: Handle) -> int | None:
         import pynvml

@@ -5,6 +5,9 @@ Protocol as the pynvml adapter, so discovery, health and allocation run
 unchanged on any machine (tests, ``demo``, ``--simulate``). Faults come from
 the profile's scripted events (timed from the first event set) or from
 :meth:`SimulatedNvml.inject_xid`, :meth:`lose_gpu` and :meth:`restore_gpu`.
+Telemetry (utilisation, memory, temperature, power, ECC counts) answers from
+per-GPU values that :meth:`SimulatedNvml.set_telemetry` changes, including
+"not supported" (None) and a failing call (an NvmlError to raise).
 
 Simplifications, on purpose: MIG GPU-instance IDs are the slot number + 1 and
 compute-instance IDs 0; NVLink peers are direct links unless the profile sets
@@ -19,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from accel_plugins.backends.nvidia.errors import (
     GpuLostError,
@@ -35,6 +39,7 @@ from accel_plugins.backends.nvidia.nvml import (
     EventSet,
     Handle,
     MigPlacement,
+    Utilization,
     XidEvent,
 )
 from accel_plugins.backends.nvidia.profile import NodeProfile, SimEvent, mig_uuid, nv_links
@@ -47,8 +52,23 @@ _LEVELS = {
     "SYS": TOPOLOGY_SYSTEM,
 }
 _UNINITIALIZED = 1
+_NOT_SUPPORTED = 3
 _GPU_IS_LOST = 15
 _XID_FALLEN_OFF_BUS = 79
+
+TelemetryValue: TypeAlias = "float | NvmlError | None"
+"""A number to report, None for "not supported", or an error to raise."""
+
+# What an idle GPU reports until a test or demo says otherwise.
+DEFAULT_TELEMETRY: dict[str, TelemetryValue] = {
+    "utilization_gpu": 0,
+    "utilization_memory": 0,
+    "memory_used_bytes": 0,
+    "temperature_celsius": 32,
+    "power_watts": 61.5,
+    "ecc_corrected": 0,
+    "ecc_uncorrected": 0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +98,7 @@ class SimulatedNvml:
         self._sets: list[_SimEventSet] = []
         self._script: deque[SimEvent] = deque(profile.events)
         self._started: float | None = None
+        self._telemetry = [dict(DEFAULT_TELEMETRY) for _ in profile.gpus]
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -156,6 +177,47 @@ class SimulatedNvml:
     def pci_bus_id(self, handle: Handle) -> str:
         h = self._gpu("nvmlDeviceGetPciInfo", handle)
         return self.profile.gpus[h.gpu].pci_bus_id
+
+    # -- telemetry -----------------------------------------------------------
+
+    def set_telemetry(self, gpu: int, **values: TelemetryValue) -> None:
+        """Set what GPU ``gpu`` reports, by :data:`DEFAULT_TELEMETRY` key."""
+        unknown = set(values) - set(DEFAULT_TELEMETRY)
+        if unknown:
+            raise TypeError(
+                f"unknown telemetry {sorted(unknown)}; known: {sorted(DEFAULT_TELEMETRY)}"
+            )
+        with self._cond:
+            self._telemetry[gpu].update(values)
+
+    def _reading(self, call: str, handle: Handle, key: str) -> float:
+        h = self._gpu(call, handle)
+        value = self._telemetry[h.gpu][key] if h.mig is None else None
+        if isinstance(value, NvmlError):
+            raise value
+        if value is None:
+            raise NvmlNotSupportedError(call, _NOT_SUPPORTED, "Not Supported")
+        return value
+
+    def utilization(self, handle: Handle) -> Utilization:
+        call = "nvmlDeviceGetUtilizationRates"
+        return Utilization(
+            gpu=int(self._reading(call, handle, "utilization_gpu")),
+            memory=int(self._reading(call, handle, "utilization_memory")),
+        )
+
+    def memory_used(self, handle: Handle) -> int:
+        return int(self._reading("nvmlDeviceGetMemoryInfo", handle, "memory_used_bytes"))
+
+    def temperature(self, handle: Handle) -> int:
+        return int(self._reading("nvmlDeviceGetTemperature", handle, "temperature_celsius"))
+
+    def power_usage(self, handle: Handle) -> float:
+        return float(self._reading("nvmlDeviceGetPowerUsage", handle, "power_watts"))
+
+    def ecc_errors(self, handle: Handle, *, corrected: bool) -> int:
+        key = "ecc_corrected" if corrected else "ecc_uncorrected"
+        return int(self._reading("nvmlDeviceGetTotalEccErrors", handle, key))
 
     def numa_node(self, handle: Handle) -> int | None:
         h = self._gpu("nvmlDeviceGetNumaNodeId", handle)
