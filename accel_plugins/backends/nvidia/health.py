@@ -18,6 +18,8 @@ Policy (this text is also the README's):
   An event NVML cannot attribute marks every GPU, as NVIDIA's plugin does.
 - A GPU that falls off the bus (NVML's GPU-is-lost) marks only the GPUs
   that no longer answer; the plugin keeps running.
+- When waiting for events fails otherwise, no GPU is watched any more:
+  every GPU is marked (as in NVIDIA's plugin), once a second while it lasts.
 - Recovery, unlike NVIDIA's plugin: once a marked device has had no critical
   event for the quiet period (``--health-recovery-seconds``, default 60) it
   is probed (its handle, UUID and memory are read again, and a MIG device
@@ -303,7 +305,10 @@ class HealthMonitor:
                     self._report(lost, "GPU lost (fell off the bus)")
                     continue
                 except NvmlError as exc:
-                    log.error("waiting for NVML events failed: %s", exc)
+                    log.error("waiting for NVML events failed, every GPU is Unhealthy: %s", exc)
+                    # Unwatched GPUs cannot be promised healthy; each failure restarts
+                    # their quiet period, so they recover only once waits work again.
+                    self._report(self._gpus, f"health events failed: {exc}")
                     self._stop.wait(1.0)  # no hot loop on a persistent error
                     continue
                 if event is not None:
