@@ -14,10 +14,13 @@ from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
+from accel_plugins.backends.nvidia.placement import LinkMatrix
+from accel_plugins.backends.nvidia.preferred import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError
+from accel_plugins.plugin.allocation import check_preferred_request
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
 
@@ -46,6 +49,7 @@ class NvidiaBackend:
         self._wait_ms = wait_ms
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
+        self._links: LinkMatrix | None = None
         self.telemetry = GpuTelemetry(nvml)
 
     @property
@@ -54,7 +58,12 @@ class NvidiaBackend:
         return self._monitor
 
     def build(self, node: Node) -> dict[str, list[Device]]:
-        """Resources for ``node`` under the MIG strategy and time-slicing config."""
+        """Resources for ``node`` under the MIG strategy and time-slicing config.
+
+        Also computes the node's link matrix, once per device set, for
+        :meth:`preferred_allocation`.
+        """
+        self._links = LinkMatrix.from_gpus(node.gpus)
         minors = self._mig_minors
         if minors is None and self.settings.allocate.pass_device_specs:
             minors = read_mig_minors()
@@ -138,6 +147,23 @@ class NvidiaBackend:
                 "shared resources allow at most 1 per container (failRequestsGreaterThanOne)"
             )
         return container_allocation(devices, self.settings.allocate)
+
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[Device],
+        must_include: Sequence[Device],
+        size: int,
+    ) -> Sequence[str]:
+        """Topology-aware choice: see :mod:`accel_plugins.backends.nvidia.preferred`."""
+        check_preferred_request(resource, available, must_include, size)
+        return preferred_devices(
+            self._links,
+            available,
+            must_include,
+            size,
+            replica_policy=self.settings.replica_policy,
+        )
 
 
 class IdleBackend:

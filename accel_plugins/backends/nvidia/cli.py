@@ -12,6 +12,7 @@ from accel_plugins.backends.nvidia.backend import create_backend
 from accel_plugins.backends.nvidia.config import (
     DEFAULT_RECOVERY_SECONDS,
     MIG_STRATEGIES,
+    REPLICA_POLICIES,
     NvidiaSettings,
     Overrides,
     load_config_file,
@@ -120,6 +121,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_flag(
         parser,
+        "--replica-policy",
+        default=None,
+        choices=REPLICA_POLICIES,
+        help="how a request's time-sliced replicas are chosen: spread over distinct GPUs, or "
+        "packed onto one GPU first (default spread; config sharing.timeSlicing.replicaPolicy)",
+    )
+    add_flag(
+        parser,
         "--nvml-library",
         default=None,
         metavar="PATH",
@@ -136,6 +145,7 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         device_list_strategy=args.device_list_strategy,
         device_id_strategy=args.device_id_strategy,
         health_recovery_seconds=args.health_recovery_seconds,
+        replica_policy=args.replica_policy,
     )
 
 

@@ -16,6 +16,7 @@ Accepted as NVIDIA's plugin writes it::
       timeSlicing:
         renameByDefault: false
         failRequestsGreaterThanOne: false
+        replicaPolicy: spread               # ours: spread | packed (see below)
         resources:
           - name: nvidia.com/gpu            # or nvidia.com/mig-<profile>; "gpu" alone works too
             replicas: 4
@@ -24,7 +25,11 @@ Accepted as NVIDIA's plugin writes it::
 
 Our addition (NVIDIA's users ask for it in their #1786): the same ``name``
 may appear in several entries whose ``devices`` do not overlap, each with its
-own ``replicas``, which gives every GPU its own replica count.
+own ``replicas``, which gives every GPU its own replica count. And
+``replicaPolicy`` (flag ``--replica-policy``) chooses how a request's
+replicas are picked: ``spread`` over distinct physical GPUs (default) or
+``packed`` onto one GPU first (see ``slices.py``); NVIDIA's plugin ignores
+fields it does not know, so the file stays readable by it.
 
 Fields NVIDIA defines for other components (``gfd``, ``resources``, ``imex``,
 ``gdsEnabled``, ...) are accepted and ignored; anything else is an error,
@@ -49,11 +54,13 @@ from accel_plugins.backends.nvidia.allocate import (
     DEVICE_LIST_STRATEGIES,
     AllocateSettings,
 )
+from accel_plugins.backends.nvidia.slices import POLICIES, SPREAD
 from accel_plugins.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 MIG_STRATEGIES = ("none", "single", "mixed")
+REPLICA_POLICIES = POLICIES
 VERSION = "v1"
 DEFAULT_RECOVERY_SECONDS = 60.0
 # A million replicas took half a minute to build and could never reach the kubelet
@@ -92,7 +99,7 @@ _PLUGIN = {
     "mpsRoot",
 }
 _SHARING = {"timeSlicing", "mps"}
-_TIME_SLICING = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
+_TIME_SLICING = {"renameByDefault", "failRequestsGreaterThanOne", "replicaPolicy", "resources"}
 _REPLICA = {"name", "rename", "devices", "replicas"}
 
 
@@ -144,6 +151,7 @@ class FileConfig:
     device_id_strategy: str | None = None
     cdi_annotation_prefix: str | None = None
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    replica_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,7 @@ class Overrides:
     device_list_strategy: tuple[str, ...] | None = None
     device_id_strategy: str | None = None
     health_recovery_seconds: float | None = None
+    replica_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +177,8 @@ class NvidiaSettings:
     driver_root: Path = Path("/")
     allocate: AllocateSettings = field(default_factory=AllocateSettings)
     time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
+    replica_policy: str = SPREAD
+    """How GetPreferredAllocation picks time-sliced replicas: spread or packed."""
     disable_healthchecks: str = ""
     enable_healthchecks: str = ""
     health_recovery_seconds: float = DEFAULT_RECOVERY_SECONDS
@@ -264,6 +275,7 @@ def parse_config(data: object, source: str) -> FileConfig:
             raise r.fail(where, f"expected a strategy or a list of them, got {strategies!r}")
         _check_strategies(items, lambda reason: r.fail(where, reason))
         device_list = tuple(items)
+    time_slicing, replica_policy = _parse_sharing(r, top.get("sharing"))
     return FileConfig(
         source=source,
         mig_strategy=r.choice(flags, "migStrategy", "flags", MIG_STRATEGIES),
@@ -275,11 +287,12 @@ def parse_config(data: object, source: str) -> FileConfig:
             plugin, "deviceIDStrategy", "flags.plugin", DEVICE_ID_STRATEGIES
         ),
         cdi_annotation_prefix=r.text(plugin, "cdiAnnotationPrefix", "flags.plugin"),
-        time_slicing=_parse_sharing(r, top.get("sharing")),
+        time_slicing=time_slicing,
+        replica_policy=replica_policy,
     )
 
 
-def _parse_sharing(r: _Reader, value: object) -> TimeSlicing:
+def _parse_sharing(r: _Reader, value: object) -> tuple[TimeSlicing, str | None]:
     sharing = r.mapping(value, "sharing")
     r.only(sharing, "sharing", _SHARING)
     mps = r.mapping(sharing.get("mps"), "sharing.mps")
@@ -287,9 +300,10 @@ def _parse_sharing(r: _Reader, value: object) -> TimeSlicing:
         raise r.fail("sharing.mps", "MPS sharing is not supported; use sharing.timeSlicing")
     ts = r.mapping(sharing.get("timeSlicing"), "sharing.timeSlicing")
     if not ts:
-        return TimeSlicing()
+        return TimeSlicing(), None
     where = "sharing.timeSlicing"
     r.only(ts, where, _TIME_SLICING)
+    replica_policy = r.choice(ts, "replicaPolicy", where, REPLICA_POLICIES)
     rename_by_default = bool(r.boolean(ts, "renameByDefault", where))
     raw = ts.get("resources")
     if not isinstance(raw, list) or not raw:
@@ -299,11 +313,12 @@ def _parse_sharing(r: _Reader, value: object) -> TimeSlicing:
         for i, item in enumerate(raw)
     )
     _check_renames(r, resources)
-    return TimeSlicing(
+    sharing_config = TimeSlicing(
         rename_by_default=rename_by_default,
         fail_requests_greater_than_one=bool(r.boolean(ts, "failRequestsGreaterThanOne", where)),
         resources=resources,
     )
+    return sharing_config, replica_policy
 
 
 def qualify(name: str) -> str:
@@ -439,6 +454,7 @@ def resolve(
             cdi_annotation_prefix=f.cdi_annotation_prefix or DEFAULT_CDI_ANNOTATION_PREFIX,
         ),
         time_slicing=f.time_slicing,
+        replica_policy=str(pick(overrides.replica_policy, f.replica_policy, SPREAD)),
         disable_healthchecks=env.get("DP_DISABLE_HEALTHCHECKS", ""),
         enable_healthchecks=env.get("DP_ENABLE_HEALTHCHECKS", ""),
         health_recovery_seconds=float(recovery),

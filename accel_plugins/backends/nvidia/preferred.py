@@ -1,0 +1,64 @@
+"""GetPreferredAllocation for NVIDIA resources: which policy answers which devices.
+
+- Whole GPUs only: the exact best-effort optimum over the link matrix
+  (:mod:`.partition`), keeping NVLink pairs and islands whole.
+- Any time-sliced replica among the devices: the configured replica policy,
+  ``spread`` (default) or ``packed`` (:mod:`.slices`).
+- MIG devices: ``packed``, so one request stays on as few GPUs as it can.
+- Devices the link matrix does not know (it was built before they existed):
+  the framework's default, fewest NUMA nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from accel_plugins.backends.nvidia.placement import LinkMatrix
+from accel_plugins.backends.nvidia.slices import PACKED, Slice
+from accel_plugins.backends.nvidia.slices import choose as choose_slices
+from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
+from accel_plugins.plugin.device import Device
+
+
+def _gpu_index(device: Device) -> int | None:
+    value = device.topology.get("gpu_index")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _is_whole_gpu(device: Device) -> bool:
+    return device.topology.get("kind") == "gpu" and "replica_of" not in device.topology
+
+
+def _slice(device: Device, gpu: int) -> Slice:
+    unit = device.topology.get("replica_of", device.id)
+    return Slice(id=device.id, gpu=gpu, unit=str(unit))
+
+
+def preferred_devices(
+    matrix: LinkMatrix | None,
+    available: Sequence[Device],
+    must_include: Sequence[Device],
+    size: int,
+    *,
+    replica_policy: str,
+) -> list[str]:
+    """``size`` device IDs from ``available`` holding ``must_include``.
+
+    The request must already be valid (see ``check_preferred_request``).
+    """
+    if matrix is None:
+        return prefer_fewest_numa_nodes(available, must_include, size)
+    gpu_of: dict[str, int] = {}
+    for device in available:
+        index = _gpu_index(device)
+        if index is None or index not in matrix:
+            return prefer_fewest_numa_nodes(available, must_include, size)
+        gpu_of[device.id] = index
+    must = [d.id for d in must_include]
+    if all(_is_whole_gpu(d) for d in available) and len(set(gpu_of.values())) == len(gpu_of):
+        by_gpu = {gpu: device_id for device_id, gpu in gpu_of.items()}
+        chosen = matrix.choose(by_gpu, [gpu_of[i] for i in must], size)
+        return [by_gpu[g] for g in chosen]
+    slices = [_slice(d, gpu_of[d.id]) for d in available]
+    policy = replica_policy if any("replica_of" in d.topology for d in available) else PACKED
+    return choose_slices(policy, slices, must, size, matrix.score)
