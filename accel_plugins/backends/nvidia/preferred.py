@@ -31,7 +31,12 @@ def _is_whole_gpu(device: Device) -> bool:
 
 def _slice(device: Device, gpu: int) -> Slice:
     unit = device.topology.get("replica_of", device.id)
-    return Slice(id=device.id, gpu=gpu, unit=str(unit))
+    index = str(device.topology.get("index", ""))  # "3" for a GPU, "3:1" for a MIG device
+    order = [int(part) for part in index.split(":") if part.isdigit()]
+    replica = device.topology.get("replica")
+    if isinstance(replica, int):
+        order.append(replica)
+    return Slice(id=device.id, gpu=gpu, unit=str(unit), order=tuple(order))
 
 
 def preferred_devices(

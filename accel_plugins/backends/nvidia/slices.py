@@ -1,7 +1,8 @@
 """Choosing among devices that share physical GPUs: time-sliced replicas and MIG devices.
 
-Each device is a :class:`Slice`: its ID, the physical GPU it runs on and its
-unit (the shared device for a replica, else the device itself). Must-include
+Each device is a :class:`Slice`: its ID, the physical GPU it runs on, its
+unit (the shared device for a replica, else the device itself) and its place
+(MIG index, replica number) that "lowest" refers to. Must-include
 slices are taken first; every further slice is picked one at a time, and the
 answer is deterministic for a given input.
 
@@ -9,14 +10,14 @@ answer is deterministic for a given input.
   second one anywhere; among GPUs, the one with the most free slices, then
   the best linked to the GPUs the request already has (sum of pair scores),
   then the lowest index. On a GPU, the unit the request uses least, then
-  the one with the most free slices, then the lowest ID. A pod thus gets
+  the one with the most free slices, then the lowest slice. A pod thus gets
   as many GPUs' worth of time as the node can give it, and load evens out.
 - ``packed``: fill one GPU first. GPUs the request already uses come first,
   then GPUs that can hold the whole rest of the request, the fullest of
   those (best fit, so emptier GPUs stay whole for larger requests); when no
   GPU can hold the rest, the one with the most free slices; ties go to the
   best linked, then the lowest index. On a GPU, the unit the request already
-  uses, then the lowest ID.
+  uses, then the lowest slice.
 
 MIG devices always use ``packed``: a multi-device request lands on as few
 physical GPUs as it can, and single devices fill the fullest GPU first.
@@ -51,6 +52,11 @@ class Slice:
     id: str
     gpu: int
     unit: str
+    order: tuple[int, ...] = ()
+    """Where the slice sits, for "lowest" (e.g. MIG index then replica number); ID breaks ties."""
+
+    def rank(self) -> tuple[tuple[int, ...], tuple[tuple[int, int | str], ...]]:
+        return (self.order, natural_key(self.id))
 
 
 class _State:
@@ -63,7 +69,7 @@ class _State:
         self.unit_used: Counter[str] = Counter()
         self.chosen: list[Slice] = []
         required = set(must)
-        for s in sorted(slices, key=lambda s: natural_key(s.id)):
+        for s in sorted(slices, key=Slice.rank):
             if s.id in required:
                 self.take(s)
             else:
@@ -103,7 +109,7 @@ def spread(slices: Sequence[Slice], must: Sequence[str], size: int, link: Link) 
         )
         state.take_from(
             gpu,
-            lambda s: (state.unit_used[s.unit], -state.unit_free[s.unit], natural_key(s.id)),
+            lambda s: (state.unit_used[s.unit], -state.unit_free[s.unit], s.rank()),
         )
     return _answer(state)
 
@@ -114,7 +120,7 @@ def packed(slices: Sequence[Slice], must: Sequence[str], size: int, link: Link) 
     while len(state.chosen) < size and state.free:
         need = size - len(state.chosen)
         gpu = min(state.free, key=lambda g: _packing_order(state, g, need, link))
-        state.take_from(gpu, lambda s: (-state.unit_used[s.unit], natural_key(s.id)))
+        state.take_from(gpu, lambda s: (-state.unit_used[s.unit], s.rank()))
     return _answer(state)
 
 
@@ -131,7 +137,7 @@ def _packing_order(state: _State, gpu: int, need: int, link: Link) -> tuple[int,
 
 
 def _answer(state: _State) -> list[str]:
-    return sorted((s.id for s in state.chosen), key=natural_key)
+    return [s.id for s in sorted(state.chosen, key=Slice.rank)]
 
 
 def choose(
