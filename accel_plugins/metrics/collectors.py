@@ -13,10 +13,12 @@ from typing import Protocol
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from accel_plugins import __version__
+from accel_plugins.metrics.exposition import TextFamily, label_text, number
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.lifecycle import PluginStatus
 
 log = logging.getLogger(__name__)
@@ -100,32 +102,88 @@ class PluginCollector(Collector):
 
 
 class DeviceCollector(Collector):
-    """One series per device (and holder): its health and the pod holding it."""
+    """One series per device (and holder): its health and the pod holding it.
+
+    A large node's scrape is mostly these series, and they change only when
+    the backend publishes or the pods change. Their text is therefore kept per
+    resource and written again only when the resource's device map or holder
+    map is a different object (both are replaced whole, never changed).
+    """
+
+    NAME = f"{PREFIX}_device_healthy"
+    HELP = (
+        "1 while the device is Healthy, 0 while Unhealthy; namespace, pod and container "
+        "name who holds it (empty when nobody does or attribution is unavailable)."
+    )
 
     def __init__(self, tree: TreeSource, attribution: Attribution) -> None:
         self._tree = tree
         self._attribution = attribution
+        self._cache: dict[str, tuple[Mapping[str, Device], Mapping[str, Sequence[PodRef]], str]]
+        self._cache = {}
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
-            f"{PREFIX}_device_healthy",
-            "1 while the device is Healthy, 0 while Unhealthy; namespace, pod and container "
-            "name who holds it (empty when nobody does or attribution is unavailable).",
-            labels=["resource", "device", *POD_LABELS],
-        )
-        add = family.add_metric
-        for resource, devices in self._tree().items():
+        tree = self._tree()
+        cache = self._cache
+        fresh = {}
+        for resource, devices in tree.items():
             held = self._attribution.holders_of(resource)
-            for device_id, device in devices.items():
-                value = 1 if device.healthy else 0
-                for namespace, pod, container in pod_labels(held.get(device_id, _NOBODY)):
-                    add([resource, device_id, namespace, pod, container], value)
+            entry = cache.get(resource)
+            if entry is None or entry[0] is not devices or entry[1] is not held:
+                entry = (devices, held, _device_lines(self.NAME, resource, devices, held))
+            fresh[resource] = entry
+        self._cache = fresh  # resources that left are forgotten
+        yield TextFamily(
+            self.NAME,
+            self.HELP,
+            "gauge",
+            "".join(entry[2] for entry in fresh.values()),
+            lambda: _device_samples(self.NAME, fresh),
+        )
         available = GaugeMetricFamily(
             f"{PREFIX}_pod_attribution_available",
             "1 while the kubelet's PodResources API answers, so device series name their pods.",
         )
         available.add_metric([], 1 if self._attribution.available else 0)
-        yield from (family, available)
+        yield available
+
+
+def _device_rows(
+    resource: str, devices: Mapping[str, Device], held: Mapping[str, Sequence[PodRef]]
+) -> Iterator[tuple[dict[str, str], float]]:
+    for device_id, device in devices.items():
+        value = 1.0 if device.healthy else 0.0
+        for namespace, pod, container in pod_labels(held.get(device_id, _NOBODY)):
+            labels = {
+                "resource": resource,
+                "device": device_id,
+                "namespace": namespace,
+                "pod": pod,
+                "container": container,
+            }
+            yield labels, value
+
+
+def _device_lines(
+    name: str, resource: str, devices: Mapping[str, Device], held: Mapping[str, Sequence[PodRef]]
+) -> str:
+    return "".join(
+        [
+            f"{name}{label_text(labels)} {number(value)}\n"
+            for labels, value in _device_rows(resource, devices, held)
+        ]
+    )
+
+
+def _device_samples(
+    name: str,
+    entries: Mapping[str, tuple[Mapping[str, Device], Mapping[str, Sequence[PodRef]], str]],
+) -> list[Sample]:
+    return [
+        Sample(name, labels, value)
+        for resource, (devices, held, _) in entries.items()
+        for labels, value in _device_rows(resource, devices, held)
+    ]
 
 
 class BackendCollector(Collector):

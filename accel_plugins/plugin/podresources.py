@@ -111,9 +111,14 @@ class PodResourcesCache:
                         if ref not in refs:
                             refs.append(ref)
         self._held = {name: frozenset(by_id) for name, by_id in holders.items()}
-        self._holders = {
+        fresh = {
             name: {i: tuple(sorted(refs)) for i, refs in by_id.items()}
             for name, by_id in holders.items()
+        }
+        # An unchanged resource keeps its old map object: metrics cache by identity.
+        old = self._holders
+        self._holders = {
+            name: old[name] if old.get(name) == by_id else by_id for name, by_id in fresh.items()
         }
 
     def _forget(self) -> None:
