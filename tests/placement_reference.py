@@ -67,8 +67,9 @@ def best_effort(
         elif total == best_total:
             candidates.update(holding)
 
-    def rank(group: Group) -> tuple[int, int, list[int]]:
+    def rank(group: Group) -> tuple[int, int, Group]:
         left = [g for g in available if g not in group]
-        return (-score(weights, group), -pairing_score(weights, left), sorted(group))
+        return (-score(weights, group), -pairing_score(weights, left), tuple(sorted(group)))
 
-    return sorted(min(candidates, key=rank))
+    best = min(candidates, key=rank)
+    return sorted(best)
