@@ -21,6 +21,7 @@ from accel_plugins.backends.nvidia.config import (
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.backend import PreferredAllocator
 from accel_plugins.plugin.device import Device
+from tests.chart_support import container, daemonset, render
 from tests.nvidia_fixtures import simulated_backend
 
 GPU = "nvidia.com/gpu"
@@ -233,3 +234,16 @@ def test_bad_replica_policy_flag_and_env_are_refused(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("ACCEL_PLUGINS_REPLICA_POLICY", "scatter")
     with pytest.raises(SystemExit):
         parse([])
+
+
+@pytest.mark.parametrize(
+    ("policy", "flag"),
+    [
+        pytest.param("", None, id="unset-leaves-it-to-the-file"),
+        pytest.param("packed", "--replica-policy=packed", id="packed"),
+    ],
+)
+def test_chart_passes_the_replica_policy(policy: str, flag: str | None) -> None:
+    objects = render({"nvidia": {"replicaPolicy": policy}})
+    args = container(daemonset(objects, "nvidia"))["args"]
+    assert [a for a in args if a.startswith("--replica-policy")] == ([flag] if flag else [])
