@@ -174,7 +174,7 @@ async def test_gpu_series_name_every_pod_holding_the_gpu(run_nvidia: RunNvidia) 
 
 
 async def test_a_mig_device_attributes_its_gpu(run_nvidia: RunNvidia) -> None:
-    backend, nvml = await started(run_nvidia, "a100-mig", mig_strategy="mixed")
+    backend, _ = await started(run_nvidia, "a100-mig", mig_strategy="mixed")
     tree = backend.snapshot()
     (mig_id, mig), *_ = tree["nvidia.com/mig-1g.5gb"].items()
     parent = str(mig.topology["parent_uuid"])

@@ -71,8 +71,9 @@ def test_missing_and_failing_sensors_raise_our_errors(
     fake_nvml.write(*GPUS, f"telemetry 1 {key} {value}")
     nvml = fake_nvml.adapter()
     with session(nvml):
+        handle = nvml.device_handle(1)
         with pytest.raises(error, match=call):
-            read(nvml, nvml.device_handle(1))
+            read(nvml, handle)
 
 
 async def test_backend_metrics_on_the_real_bindings(
