@@ -27,8 +27,23 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     )
 
 
+_SHOWN_IDS = 8
+_SHOWN_ID_CHARS = 64
+
+
 def _describe(ids: Iterable[str]) -> str:
-    return ", ".join(repr(i) for i in ids)
+    """The first few IDs, each cut short, and how many more.
+
+    Error messages travel in a gRPC trailer, and clients drop trailers over 8 KiB:
+    listing 5,000 bad IDs turned the refusal into RESOURCE_EXHAUSTED with no reason.
+    """
+    items = list(ids)
+    shown = ", ".join(
+        repr(i) if len(i) <= _SHOWN_ID_CHARS else repr(i[:_SHOWN_ID_CHARS]) + "..."
+        for i in items[:_SHOWN_IDS]
+    )
+    more = len(items) - _SHOWN_IDS
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def resolve(
