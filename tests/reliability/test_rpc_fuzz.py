@@ -295,8 +295,9 @@ async def test_thousands_of_bad_ids_are_refused_with_a_short_reason(served: Serv
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await served.stub.Allocate(request, timeout=DEADLINE)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "'nope-0'" in caught.value.details()
-    assert "and 4992 more" in caught.value.details()
+    reason = caught.value.details() or ""
+    assert "'nope-0'" in reason
+    assert "and 4992 more" in reason
 
 
 async def test_the_server_answers_many_callers_at_once(served: Served) -> None:
