@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from accel_plugins import __version__
-from accel_plugins.metrics.exposition import TextFamily, label_text, number
+from accel_plugins.metrics.exposition import TextFamily, escape
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.lifecycle import PluginStatus
@@ -167,12 +167,23 @@ def _device_rows(
 def _device_lines(
     name: str, resource: str, devices: Mapping[str, Device], held: Mapping[str, Sequence[PodRef]]
 ) -> str:
-    return "".join(
-        [
-            f"{name}{label_text(labels)} {number(value)}\n"
-            for labels, value in _device_rows(resource, devices, held)
-        ]
-    )
+    # Written straight from strings (labels in sorted order, as label_text sorts them):
+    # no dict or Sample per device, which would keep the garbage collector busy.
+    tail = f'",resource="{escape(resource)}"}} '
+    out: list[str] = []
+    for device_id, device in devices.items():
+        value = "1.0" if device.healthy else "0.0"
+        head = f'{name}{{container="'
+        refs = held.get(device_id)
+        if not refs:
+            out.append(f'{head}",device="{escape(device_id)}",namespace="",pod="{tail}{value}\n')
+            continue
+        for ref in refs:
+            out.append(
+                f'{head}{escape(ref.container)}",device="{escape(device_id)}",'
+                f'namespace="{escape(ref.namespace)}",pod="{escape(ref.pod)}{tail}{value}\n'
+            )
+    return "".join(out)
 
 
 def _device_samples(

@@ -15,7 +15,7 @@ and label names are the project's own and always valid; values are escaped.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -61,14 +61,9 @@ class TextFamily(Metric):
         self._build = None
 
 
-def label_text(labels: Mapping[str, str]) -> str:
-    """``{a="x",b="y"}``: labels sorted by name, values escaped (as render writes them)."""
-    return "{" + ",".join([f'{k}="{_value(labels[k])}"' for k in sorted(labels)]) + "}"
-
-
-def number(value: float) -> str:
-    """A sample value as the text format writes it."""
-    return _number(value)
+def escape(text: str) -> str:
+    """A label value as the text format writes it between quotes."""
+    return _value(text)
 
 
 def _value(text: str) -> str:

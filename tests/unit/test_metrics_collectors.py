@@ -67,7 +67,7 @@ def test_device_series_render_as_generate_latest_does() -> None:
             f"w{i}": Device(f"w{i}", Health.UNHEALTHY if i == 3 else Health.HEALTHY)
             for i in range(5)
         },
-        GADGET: {"g0": Device("g0")},
+        GADGET: {"g0": Device("g0"), 'odd "id" \\ here': Device('odd "id" \\ here')},
     }
     registry, _ = registry_of(tree, pods)
     render(registry)  # fills the cache: the second render writes from it
