@@ -45,17 +45,30 @@ class PluginServer:
 
     async def start(self, probe_timeout: float = 2.0) -> None:
         """Remove a stale socket of our name, serve, and check that it answers."""
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # a directory in the way, say: not ours to remove
+            raise ServeError(
+                f"cannot remove {self.socket_path} to serve there: {exc.strerror}"
+            ) from exc
         server = grpc.aio.server()
         pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
         if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
             raise ServeError(f"cannot listen on {self.socket_path}")
         await server.start()
         self._server = server
-        # Only the kubelet (root) has any business on this socket.
-        os.chmod(self.socket_path, 0o600)
-        self._inode = self.socket_path.stat().st_ino
+        try:
+            # Only the kubelet (root) has any business on this socket.
+            os.chmod(self.socket_path, 0o600)
+            self._inode = self.socket_path.stat().st_ino
+        except FileNotFoundError:
+            # A starting kubelet wipes the directory; this must not crash the plugin.
+            await self.stop(grace=0)
+            raise ServeError(
+                f"{self.socket_path} was removed while it was being served (kubelet restart?)"
+            ) from None
         await self._probe(probe_timeout)
 
     async def _probe(self, timeout: float) -> None:
