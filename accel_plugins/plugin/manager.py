@@ -24,7 +24,7 @@ from accel_plugins.plugin.device import Device, DeviceTree, Health
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.plugin.server import ServeError, socket_name
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,12 @@ class Manager:
                     plugin.resource,
                     plugin.socket_path,
                 )
-                await plugin.restart(RestartReason.SOCKET_REMOVED)
+                try:
+                    await plugin.restart(RestartReason.SOCKET_REMOVED)
+                except ServeError as exc:
+                    log.error(
+                        "resource %s: %s; trying again on the next check", plugin.resource, exc
+                    )
             elif plugin.registered_with is not None and plugin.registered_with != identity:
                 plugin.registered_with = None
                 plugin.register()
@@ -273,7 +278,12 @@ class Manager:
                 metrics=self._metrics,
             )
             self._plugins[resource] = plugin
-            await plugin.serve()
+            try:
+                await plugin.serve()
+            except ServeError as exc:
+                # Kept unserved, so the next socket check serves it; the others go on.
+                log.error("resource %s: %s; trying again on the next check", resource, exc)
+                continue
             plugin.register()
 
     # -- backend ---------------------------------------------------------------
