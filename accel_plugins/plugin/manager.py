@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 KUBELET_SOCKET_NAME = "kubelet.sock"
+# The kubelet's own mode for its socket directory, for when the plugin has to create it
+# (0777 less the umask otherwise: world-writable under umask 0). Existing ones are left alone.
+PLUGIN_DIR_MODE = 0o750
 
 BackendFactory = Callable[[], Backend]
 
@@ -92,7 +95,7 @@ class Manager:
     async def run(self) -> None:
         """Serve until stop(); raises if the first backend cannot be built."""
         self._running = True
-        self.settings.plugin_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.plugin_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
         self._note_kubelet(self._kubelet_identity())
         self._start_backend(self._factory())
@@ -177,7 +180,7 @@ class Manager:
         try:
             watcher = DirWatcher(self._on_dir_event)
             for directory in sorted(dirs):
-                directory.mkdir(parents=True, exist_ok=True)
+                directory.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
                 watcher.add(directory)
         except InotifyError as exc:
             log.warning(
