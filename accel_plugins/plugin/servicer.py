@@ -145,7 +145,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         with self._timed("GetPreferredAllocation"):
             responses = []
             for container in request.container_requests:
-                ids = await self._guard(context, lambda c=container: self._preferred(c))  # type: ignore[misc]
+                async with self._guarded(context):
+                    ids = await self._preferred(container)
                 responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
             return pb.PreferredAllocationResponse(container_responses=responses)
 
@@ -223,8 +224,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
 
     async def _guard(self, context: _AnyContext, work: Callable[[], _T]) -> _T:
         """Run request handling; bad input → INVALID_ARGUMENT, a backend bug → INTERNAL."""
-        try:
+        async with self._guarded(context):
             return work()
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    @contextlib.asynccontextmanager
+    async def _guarded(self, context: _AnyContext) -> AsyncIterator[None]:
+        try:
+            yield
         except AllocationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:
@@ -232,7 +239,6 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"resource {self.resource}: internal error: {exc}"
             )
-        raise AssertionError("context.abort returned")  # pragma: no cover
 
     def _allocate(self, ids: Sequence[str]) -> ContainerAllocation:
         try:
@@ -257,7 +263,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self.metrics.allocated(self.resource, len(devices))
         return result
 
-    def _preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
+    async def _preferred(self, request: pb.ContainerPreferredAllocationRequest) -> list[str]:
         size = request.allocation_size
         # Available IDs we no longer know are skipped (the kubelet's view can lag
         # ours by one update); must-include IDs have to be real.
@@ -279,7 +285,13 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         allocation.check_preferred_request(self.resource, available, must, size)
         policy = self.capabilities.preferred
         if policy is not None:
-            answer = list(policy.preferred_allocation(self.resource, available, must, size))
+            # A topology search may take a while on a large asymmetric node: the
+            # event loop (ListAndWatch, other RPCs) must not wait for it.
+            answer = list(
+                await asyncio.to_thread(
+                    policy.preferred_allocation, self.resource, available, must, size
+                )
+            )
             problem = _check_answer(answer, available, must, size)
             if problem is None:
                 return answer

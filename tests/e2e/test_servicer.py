@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import stat
+import threading
+from collections.abc import Sequence
 
 import grpc
 import pytest
@@ -238,6 +240,45 @@ async def test_preferred_allocation_backend_policy(serve_plugin: ServePlugin) ->
     served = await serve_plugin(devices(4), Capabilities.of(HookedBackend()))
     answer = await served.stub.GetPreferredAllocation(preferred(["w0", "w1", "w2", "w3"], [], 2))
     assert list(answer.container_responses[0].deviceIDs) == ["w3", "w2"]
+
+
+class SlowPolicy(HookedBackend):
+    """A preferred-allocation policy that holds its thread until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def preferred_allocation(
+        self,
+        resource: str,
+        available: Sequence[Device],
+        must_include: Sequence[Device],
+        size: int,
+    ) -> Sequence[str]:
+        self.entered.set()
+        self.release.wait(timeout=30)
+        return super().preferred_allocation(resource, available, must_include, size)
+
+
+async def test_slow_preferred_policy_does_not_stall_other_rpcs(serve_plugin: ServePlugin) -> None:
+    backend = SlowPolicy()
+    served = await serve_plugin(devices(2), Capabilities.of(backend))
+    stream = served.stub.ListAndWatch(pb.Empty())
+    assert ids(await stream.read()) == {"w0": "Healthy", "w1": "Healthy"}
+    pending = asyncio.ensure_future(
+        served.stub.GetPreferredAllocation(preferred(["w0", "w1"], [], 1))
+    )
+    assert await asyncio.to_thread(backend.entered.wait, 10)
+    # While the policy thinks: a health change streams out and Allocate answers.
+    served.servicer.update(devices(2) | {"w0": devices(1)["w0"].with_health(Health.UNHEALTHY)})
+    assert ids(await asyncio.wait_for(stream.read(), 5)) == {"w0": "Unhealthy", "w1": "Healthy"}
+    await asyncio.wait_for(served.stub.Allocate(allocate(["w1"])), 5)
+    backend.release.set()
+    answer = await asyncio.wait_for(pending, 5)
+    assert list(answer.container_responses[0].deviceIDs) == ["w1"]
+    stream.cancel()
 
 
 async def test_pre_start_calls_backend_hook(serve_plugin: ServePlugin) -> None:
