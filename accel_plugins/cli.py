@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -192,6 +193,10 @@ async def serve(
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)
     loop.add_signal_handler(signal.SIGHUP, manager.reload)
+    # Modules, protobuf descriptors and gRPC state live as long as the process:
+    # moved out of the collector's reach, full collections stay short.
+    gc.collect()
+    gc.freeze()
     try:
         await manager.run()
     finally:

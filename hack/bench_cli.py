@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchlib import Row
+from benchlib import Row, cpu_seconds, rss_mb
 
 from accel_plugins.kubelet import Kubelet
 
@@ -35,18 +35,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def commands(workdir: Path) -> dict[str, tuple[str, int, list[str]]]:
