@@ -21,15 +21,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from prometheus_client import CollectorRegistry
+
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
 from accel_plugins.kubelet import AllocationRecord, Kubelet
-from accel_plugins.metrics import MetricsServer, new_registry, status_health
-from accel_plugins.plugin.lifecycle import PluginStatus
+from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manager
 from accel_plugins.plugin.manager import Manager, ManagerSettings
+from accel_plugins.plugin.podresources import PodResourcesCache
 
 DEMO_CONFIG = """\
 devices:
@@ -97,6 +99,15 @@ def _short(device_id: str) -> str:
     return base[:12] + sep + replica
 
 
+# The series the walkthrough prints: the rest of a scrape is there, just long.
+_SHOWN = (
+    "accel_plugins_devices{",
+    "accel_plugins_allocations_total{",
+    "accel_plugins_pod_attribution_available ",
+)
+_SHOWN_HELD = ("accel_plugins_device_healthy{", "accel_plugins_gpu_")
+
+
 async def _scrape(host: str, port: int) -> list[str]:
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: demo\r\n\r\n")
@@ -104,7 +115,29 @@ async def _scrape(host: str, port: int) -> list[str]:
     body = (await reader.read()).decode()
     writer.close()
     await writer.wait_closed()
-    return [line for line in body.splitlines() if line.startswith("accel_plugins_devices{")]
+    return [
+        line
+        for line in body.splitlines()
+        if line.startswith(_SHOWN)
+        or (line.startswith(_SHOWN_HELD) and 'pod="' in line and 'pod=""' not in line)
+    ]
+
+
+class _PluginMetrics:
+    """One plugin process's metrics wiring, as `accel-plugins <vendor>` sets it up."""
+
+    def __init__(self, name: str, pods: PodResourcesCache) -> None:
+        self.name = name
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.recorder = PrometheusMetrics(self.registry)
+        self.pods = pods
+        self.server: MetricsServer | None = None
+
+    def attach(self, manager: Manager) -> None:
+        watch_manager(self.registry, manager, self.pods)
+        self.server = MetricsServer(
+            self.registry, manager.problems, before_scrape=[self.pods.touch]
+        )
 
 
 def _print_allocation(say: _Printer, record: AllocationRecord) -> None:
@@ -150,8 +183,13 @@ async def run_demo(
         cdi_spec_dir=workdir / "cdi",
         udev_source=UdevSource.OFF,  # path globs only; inotify covers them
     )
+    pods = PodResourcesCache(workdir / "pod-resources.sock", max_age=0.0)
+    generic_metrics = _PluginMetrics("generic", pods)
+    nvidia_metrics = _PluginMetrics("nvidia", pods)
     manager = Manager(
-        lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir)
+        lambda: GenericBackend(config, settings),
+        ManagerSettings(plugin_dir=plugin_dir),
+        metrics=generic_metrics.recorder,
     )
     nvidia_settings = NvidiaSettings(
         time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
@@ -159,12 +197,11 @@ async def run_demo(
     nvidia = Manager(
         lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
         ManagerSettings(plugin_dir=plugin_dir),
+        metrics=nvidia_metrics.recorder,
     )
-
-    def status() -> dict[str, PluginStatus]:
-        return {**manager.status(), **nvidia.status()}
-
-    metrics = MetricsServer(new_registry(status), status_health(status))
+    generic_metrics.attach(manager)
+    nvidia_metrics.attach(nvidia)
+    endpoints = (generic_metrics, nvidia_metrics)
     kubelet = Kubelet(
         plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
     )
@@ -243,10 +280,16 @@ async def run_demo(
             _print_allocation(say, await kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2))
 
             say.section("Metrics")
-            host, port = await metrics.start(metrics_host, 0)
-            say(f"  Prometheus metrics at http://{host}:{port}/metrics (health: /healthz)")
-            for line in await _scrape(host, port):
-                say(f"    {line}")
+            await pods.refresh()  # the pods above, named on the device and GPU series
+            for endpoint in endpoints:
+                assert endpoint.server is not None
+                host, port = await endpoint.server.start(metrics_host, 0)
+                say(
+                    f"  {endpoint.name} plugin: Prometheus metrics at "
+                    f"http://{host}:{port}/metrics (health: /healthz); a selection:"
+                )
+                for line in await _scrape(host, port):
+                    say(f"    {line}")
 
             if once:
                 say()
@@ -262,7 +305,9 @@ async def run_demo(
             return 0
         finally:
             live = False
-            await metrics.stop()
+            for endpoint in endpoints:
+                if endpoint.server is not None:
+                    await endpoint.server.stop()
             await manager.stop()
             await nvidia.stop()
             for task in (running, nvidia_running):
