@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,18 +15,10 @@ from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, tree
+from tests.cli_support import run_cli
 from tests.framework_fixtures import ScriptedBackend, StartManager
 
 WIDGET = "example.com/widget"
-
-
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accel_plugins.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_version() -> None:

@@ -7,29 +7,14 @@ NvmlNotSupportedError (and is then left out of the scrape), nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from accel_plugins.backends.nvidia.discovery import discover
-from accel_plugins.backends.nvidia.errors import NvmlInitError, NvmlNotSupportedError
+from accel_plugins.backends.nvidia.errors import NvmlNotSupportedError
 from accel_plugins.backends.nvidia.nvml import Handle, Pynvml
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Iterator[Pynvml]:
-    adapter = Pynvml()
-    try:
-        adapter.init()
-    except NvmlInitError as exc:
-        pytest.skip(f"no usable NVIDIA driver here: {exc.args[0].splitlines()[0]}")
-    try:
-        if adapter.device_count() == 0:
-            pytest.skip("the driver reports no GPUs")
-        yield adapter
-    finally:
-        adapter.shutdown()
 
 
 def sensor(read: Callable[[], float]) -> float | None:

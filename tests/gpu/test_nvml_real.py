@@ -8,31 +8,14 @@ with a particular model.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node, discover
-from accel_plugins.backends.nvidia.errors import NvmlInitError
 from accel_plugins.backends.nvidia.nvml import Pynvml, session
 from accel_plugins.backends.nvidia.resources import build_resources
 
 TOKEN = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS)$")
-
-
-@pytest.fixture(scope="module")
-def nvml() -> Iterator[Pynvml]:
-    adapter = Pynvml()
-    try:
-        adapter.init()
-    except NvmlInitError as exc:
-        pytest.skip(f"no usable NVIDIA driver here: {exc.args[0].splitlines()[0]}")
-    try:
-        if adapter.device_count() == 0:
-            pytest.skip("the driver reports no GPUs")
-        yield adapter
-    finally:
-        adapter.shutdown()
 
 
 @pytest.fixture(scope="module")

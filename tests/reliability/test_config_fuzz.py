@@ -10,8 +10,6 @@ code 2, the file and field on stderr, no traceback.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +27,7 @@ from accel_plugins.backends.nvidia.profile import load_profile_file
 from accel_plugins.backends.nvidia.profiles import load_profile
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.errors import AccelPluginsError, ConfigError
+from tests.cli_support import run_cli
 from tests.reliability.config_fuzz_support import documents
 
 FUZZ = settings(
@@ -250,15 +249,6 @@ def test_a_large_simulated_node_gets_distinct_valid_bus_ids(tmp_path: Path) -> N
 
 
 # -- the command line ------------------------------------------------------------------
-
-
-def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accel_plugins.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 CLI_CASES = [
