@@ -32,14 +32,13 @@ Zero for ``count`` or ``limit`` means the default (1), as in squat.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from accel_plugins import yamlfile
 from accel_plugins.backends.generic.names import name_problem
 from accel_plugins.errors import ConfigError
 
@@ -131,61 +130,14 @@ class GenericConfig:
 # -- reading -------------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if not isinstance(key, Hashable):  # `? [a]`: a list or mapping as a key
-            raise yaml.constructor.ConstructorError(
-                None, None, f"a key must be a plain value, got {key!r}", key_node.start_mark
-            )
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
-)
-
-
 def load_config(path: Path | str) -> GenericConfig:
     """Read and validate a config file; raises ConfigError on any problem."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, "", f"cannot read the file: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, "", f"not UTF-8 text: {exc}") from exc
-    return parse_config(text, source)
+    return parse_config(yamlfile.read_text(path, "the file"), str(path))
 
 
 def parse_config(text: str, source: str = "<config>") -> GenericConfig:
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, "", f"invalid YAML: {_yaml_reason(exc)}") from exc
-    except RecursionError:
-        # PyYAML composes recursively: thousands of nested brackets exhaust the stack.
-        raise ConfigError(source, "", "invalid YAML: nested too deeply") from None
+    data = yamlfile.parse(text, source, strict=True, invalid="invalid YAML")
     return _Reader(source).config(data)
-
-
-def _yaml_reason(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        what = " ".join(p for p in (exc.context, exc.problem) if p)
-        return f"line {mark.line + 1}, column {mark.column + 1}: {what}"
-    return str(exc)
 
 
 def _type_name(value: object) -> str:

@@ -46,8 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from accel_plugins import yamlfile
 from accel_plugins.backends.nvidia.allocate import (
     DEFAULT_CDI_ANNOTATION_PREFIX,
     DEVICE_ID_STRATEGIES,
@@ -403,20 +402,7 @@ def _check_renames(r: _Reader, resources: Sequence[ReplicatedResource]) -> None:
 
 
 def load_config_file(path: Path) -> FileConfig:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read config file: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", f"not UTF-8 text: {exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), "", f"not valid YAML: {exc}") from exc
-    except RecursionError:
-        # PyYAML composes recursively: thousands of nested brackets exhaust the stack.
-        raise ConfigError(str(path), "", "not valid YAML: nested too deeply") from None
-    return parse_config(data, str(path))
+    return parse_config(yamlfile.load(path, "config file"), str(path))
 
 
 def resolve(

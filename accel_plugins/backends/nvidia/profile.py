@@ -32,8 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from accel_plugins import yamlfile
 from accel_plugins.errors import ConfigError
 
 TOKENS = frozenset({"X", "PIX", "PXB", "PHB", "NODE", "SYS"})
@@ -306,17 +305,4 @@ def _parse_event(r: _Reader, item: object, field: str, gpus: Sequence[SimGpu]) -
 
 def load_profile_file(path: Path) -> NodeProfile:
     """Read a YAML profile, naming the file in every error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read simulated node: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", f"not UTF-8 text: {exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), "", f"not valid YAML: {exc}") from exc
-    except RecursionError:
-        # PyYAML composes recursively: thousands of nested brackets exhaust the stack.
-        raise ConfigError(str(path), "", "not valid YAML: nested too deeply") from None
-    return parse_profile(data, name=path.stem, source=str(path))
+    return parse_profile(yamlfile.load(path, "simulated node"), name=path.stem, source=str(path))
