@@ -108,17 +108,7 @@ async def bench_umockdev(rounds: int, workdir: Path) -> dict[str, list[float]]:
 
     samples: dict[str, list[float]] = {"add": [], "remove": []}
     async with Kubelet(plugin_dir) as kubelet:
-        process = await asyncio.create_subprocess_exec(
-            "umockdev-wrapper",
-            sys.executable,
-            "-m",
-            "tests.umockdev_harness",
-            cwd=ROOT,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        harness = UmockdevHarness(process)
+        harness = await UmockdevHarness.spawn()
         try:
             await harness.start(UDEV_CONFIG, udev_source="kernel", plugin_dir=plugin_dir)
             await kubelet.wait_for_resource(RESOURCE, timeout=20)

@@ -185,6 +185,21 @@ class UmockdevHarness:
         ]
         self._changed = asyncio.Event()
 
+    @classmethod
+    async def spawn(cls) -> UmockdevHarness:
+        """tests/umockdev_harness.py started under umockdev-wrapper."""
+        process = await asyncio.create_subprocess_exec(
+            "umockdev-wrapper",
+            sys.executable,
+            "-m",
+            "tests.umockdev_harness",
+            cwd=REPO,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return cls(process)
+
     async def _read_stdout(self) -> None:
         assert self.process.stdout is not None
         async for line in self.process.stdout:
@@ -286,16 +301,6 @@ async def umockdev_harness() -> AsyncIterator[UmockdevHarness]:
     problem = umockdev_problem()
     if problem:
         pytest.skip(problem)
-    process = await asyncio.create_subprocess_exec(
-        "umockdev-wrapper",
-        sys.executable,
-        "-m",
-        "tests.umockdev_harness",
-        cwd=REPO,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    harness = UmockdevHarness(process)
+    harness = await UmockdevHarness.spawn()
     yield harness
     await harness.close()
