@@ -24,21 +24,14 @@ from typing import Protocol
 # before grpc is first imported, which the project imports below do.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-from prometheus_client import CollectorRegistry
 
 from accel_plugins import __version__
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.flags import add_flag
 from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, setup_logging
-from accel_plugins.metrics import (
-    DEFAULT_METRICS_ADDRESS,
-    MetricsServer,
-    PrometheusMetrics,
-    parse_address,
-    watch_manager,
-)
+from accel_plugins.metrics import DEFAULT_METRICS_ADDRESS, instrumented_manager, parse_address
 from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, Manager, ManagerSettings
+from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, ManagerSettings
 from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesCache
 
 log = logging.getLogger("accel_plugins")
@@ -168,14 +161,7 @@ async def serve(
     Metrics go into a registry of this call's own; ``pod_resources`` names the
     pods holding each device on the device and GPU series.
     """
-    registry = CollectorRegistry(auto_describe=False)
-    manager = Manager(factory, settings, metrics=PrometheusMetrics(registry))
-    watch_manager(registry, manager, pod_resources)
-    metrics = MetricsServer(
-        registry,
-        manager.problems,
-        before_scrape=[pod_resources.touch] if pod_resources is not None else [],
-    )
+    manager, metrics = instrumented_manager(factory, settings, pod_resources)
     if pod_resources is not None:
         pod_resources.touch()  # the first scrape then has pods to name
     if metrics_address is not None:

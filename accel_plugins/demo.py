@@ -21,16 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from prometheus_client import CollectorRegistry
-
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
 from accel_plugins.kubelet import AllocationRecord, Kubelet
-from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manager
-from accel_plugins.plugin.manager import Manager, ManagerSettings
+from accel_plugins.metrics import instrumented_manager
+from accel_plugins.plugin.manager import ManagerSettings
 from accel_plugins.plugin.podresources import PodResourcesCache
 
 DEMO_CONFIG = """\
@@ -123,23 +121,6 @@ async def _scrape(host: str, port: int) -> list[str]:
     ]
 
 
-class _PluginMetrics:
-    """One plugin process's metrics wiring, as `accel-plugins <vendor>` sets it up."""
-
-    def __init__(self, name: str, pods: PodResourcesCache) -> None:
-        self.name = name
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.recorder = PrometheusMetrics(self.registry)
-        self.pods = pods
-        self.server: MetricsServer | None = None
-
-    def attach(self, manager: Manager) -> None:
-        watch_manager(self.registry, manager, self.pods)
-        self.server = MetricsServer(
-            self.registry, manager.problems, before_scrape=[self.pods.touch]
-        )
-
-
 def _print_allocation(say: _Printer, record: AllocationRecord) -> None:
     ids = ", ".join(map(_short, record.device_ids))
     say(f"  {record.resource} x{len(record.device_ids)}: {ids}")
@@ -183,25 +164,20 @@ async def run_demo(
         cdi_spec_dir=workdir / "cdi",
         udev_source=UdevSource.OFF,  # path globs only; inotify covers them
     )
+    # Each plugin with the metrics wiring of its own process, as `accel-plugins <vendor>` has.
     pods = PodResourcesCache(workdir / "pod-resources.sock", max_age=0.0)
-    generic_metrics = _PluginMetrics("generic", pods)
-    nvidia_metrics = _PluginMetrics("nvidia", pods)
-    manager = Manager(
-        lambda: GenericBackend(config, settings),
-        ManagerSettings(plugin_dir=plugin_dir),
-        metrics=generic_metrics.recorder,
+    manager, generic_metrics = instrumented_manager(
+        lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir), pods
     )
     nvidia_settings = NvidiaSettings(
         time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
     )
-    nvidia = Manager(
+    nvidia, nvidia_metrics = instrumented_manager(
         lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
         ManagerSettings(plugin_dir=plugin_dir),
-        metrics=nvidia_metrics.recorder,
+        pods,
     )
-    generic_metrics.attach(manager)
-    nvidia_metrics.attach(nvidia)
-    endpoints = (generic_metrics, nvidia_metrics)
+    endpoints = {"generic": generic_metrics, "nvidia": nvidia_metrics}
     kubelet = Kubelet(
         plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
     )
@@ -281,11 +257,10 @@ async def run_demo(
 
             say.section("Metrics")
             await pods.refresh()  # the pods above, named on the device and GPU series
-            for endpoint in endpoints:
-                assert endpoint.server is not None
-                host, port = await endpoint.server.start(metrics_host, 0)
+            for plugin, endpoint in endpoints.items():
+                host, port = await endpoint.start(metrics_host, 0)
                 say(
-                    f"  {endpoint.name} plugin: Prometheus metrics at "
+                    f"  {plugin} plugin: Prometheus metrics at "
                     f"http://{host}:{port}/metrics (health: /healthz); a selection:"
                 )
                 for line in await _scrape(host, port):
@@ -305,9 +280,8 @@ async def run_demo(
             return 0
         finally:
             live = False
-            for endpoint in endpoints:
-                if endpoint.server is not None:
-                    await endpoint.server.stop()
+            for endpoint in endpoints.values():
+                await endpoint.stop()
             await manager.stop()
             await nvidia.stop()
             for task in (running, nvidia_running):

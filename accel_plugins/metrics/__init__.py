@@ -11,7 +11,7 @@ Everything goes into a registry the caller passes in, never the global one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -33,8 +33,11 @@ from accel_plugins.metrics.collectors import (
 from accel_plugins.metrics.exposition import CONTENT_TYPE, render
 from accel_plugins.metrics.recorder import PrometheusMetrics
 from accel_plugins.metrics.server import HealthCheck, MetricsServer, status_health
+from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.lifecycle import PluginStatus
+from accel_plugins.plugin.manager import Manager, ManagerSettings
+from accel_plugins.plugin.podresources import PodResourcesCache
 
 __all__ = [
     "CONTENT_TYPE",
@@ -51,6 +54,7 @@ __all__ = [
     "PluginCollector",
     "PrometheusMetrics",
     "StatusSource",
+    "instrumented_manager",
     "new_registry",
     "parse_address",
     "render",
@@ -86,3 +90,25 @@ def watch_manager(
     registry.register(PluginCollector(manager.status))
     registry.register(DeviceCollector(lambda: manager.tree, pods))
     registry.register(BackendCollector(lambda: manager.backend, pods))
+
+
+def instrumented_manager(
+    factory: Callable[[], Backend],
+    settings: ManagerSettings,
+    pod_resources: PodResourcesCache | None = None,
+) -> tuple[Manager, MetricsServer]:
+    """A manager whose events and state land in a registry of its own, and the server for it.
+
+    This is a plugin process's whole metrics wiring: the recorder goes into the
+    manager, the scrape-time collectors read it, and ``pod_resources`` (when
+    given) names the pods on device and GPU series and is refreshed by scrapes.
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    manager = Manager(factory, settings, metrics=PrometheusMetrics(registry))
+    watch_manager(registry, manager, pod_resources)
+    server = MetricsServer(
+        registry,
+        manager.problems,
+        before_scrape=[pod_resources.touch] if pod_resources is not None else [],
+    )
+    return manager, server
