@@ -26,6 +26,7 @@ from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import instrumented_manager
 from accel_plugins.plugin.manager import ManagerSettings
@@ -240,12 +241,8 @@ async def run_demo(
             gpus = nvidia.tree.get(NVIDIA_RESOURCE, {})
             per_gpu: dict[tuple[int, str, str], int] = {}
             for device in gpus.values():
-                facts = device.topology
-                key = (
-                    int(str(facts.get("gpu_index", 0))),
-                    str(facts.get("name", "?")),
-                    str(facts.get("replica_of", "?")),
-                )
+                facts = gpu_facts(device)
+                key = (facts.gpu_index, facts.name, facts.replica_of or device.id)
                 per_gpu[key] = per_gpu.get(key, 0) + 1
             for (index, model, uuid), count in sorted(per_gpu.items()):
                 say(

@@ -40,6 +40,7 @@ from benchlib import Row, percentile  # noqa: E402
 from accel_plugins.backends.nvidia.allocate import generated_mig_minors  # noqa: E402
 from accel_plugins.backends.nvidia.backend import NvidiaBackend  # noqa: E402
 from accel_plugins.backends.nvidia.config import NvidiaSettings  # noqa: E402
+from accel_plugins.backends.nvidia.facts import gpu_facts  # noqa: E402
 from accel_plugins.backends.nvidia.placement import link_score  # noqa: E402
 from accel_plugins.backends.nvidia.profile import parse_profile  # noqa: E402
 from accel_plugins.backends.nvidia.profiles import load_profile  # noqa: E402
@@ -90,7 +91,7 @@ def backend_for(profile: str | dict[str, Any]) -> tuple[NvidiaBackend, list[Devi
         SimulatedNvml(node), NvidiaSettings(), mig_minors=generated_mig_minors(len(node.gpus))
     )
     devices = backend.build(backend.check())[GPU]
-    return backend, sorted(devices, key=lambda d: int(str(d.topology["gpu_index"])))
+    return backend, sorted(devices, key=lambda d: gpu_facts(d).gpu_index)
 
 
 def requests(gpus: int, per_size: int, seed: int) -> list[Request]:

@@ -6,10 +6,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 _PERMISSION_LETTERS = frozenset("rwm")
+_F = TypeVar("_F")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-_EMPTY_FACTS: Mapping[str, object] = MappingProxyType({})
 
 
 class Health(enum.StrEnum):
@@ -58,10 +59,12 @@ class Mount:
 class Device:
     """One allocatable unit of a resource.
 
-    ``topology`` holds free-form facts that allocation policies read (a GPU's
-    index and link matrix row, a group name, ...); the framework never looks
-    inside. Mappings are frozen on construction so a Device can be shared
-    between the backend thread and the servers without copying.
+    ``facts`` is the backend's own slot: a value of a type the backend declares
+    (a frozen dataclass such as a GPU's index and link row, or a config group),
+    read back by the backend's own hooks. The framework never looks inside; it
+    only compares devices, so the value must compare by content. Mappings are
+    frozen on construction so a Device can be shared between the backend
+    thread and the servers without copying.
     """
 
     id: str
@@ -72,7 +75,7 @@ class Device:
     envs: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     cdi_devices: tuple[str, ...] = ()
-    topology: Mapping[str, object] = field(default_factory=lambda: _EMPTY_FACTS, hash=False)
+    facts: object = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -80,8 +83,6 @@ class Device:
         object.__setattr__(self, "health", Health(self.health))
         object.__setattr__(self, "envs", _frozen_map(self.envs))
         object.__setattr__(self, "annotations", _frozen_map(self.annotations))
-        if not isinstance(self.topology, MappingProxyType):
-            object.__setattr__(self, "topology", MappingProxyType(dict(self.topology)))
 
     @property
     def healthy(self) -> bool:
@@ -89,6 +90,18 @@ class Device:
 
     def with_health(self, health: Health) -> Device:
         return self if health is self.health else replace(self, health=health)
+
+    def facts_as(self, kind: type[_F]) -> _F:
+        """The backend's facts, checked to be of the type it declared.
+
+        Raises TypeError when the device carries no facts of that type (a
+        device from another backend, or built without them).
+        """
+        if not isinstance(self.facts, kind):
+            raise TypeError(
+                f"device {self.id!r}: facts are {type(self.facts).__name__}, not {kind.__name__}"
+            )
+        return self.facts
 
 
 # resource name -> device id -> Device. A complete picture of one moment; the

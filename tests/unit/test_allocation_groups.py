@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accel_plugins.backends.generic.discovery import UnitFacts
 from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
 from accel_plugins.plugin.device import Device, Health
 
@@ -18,12 +19,12 @@ def dev(name: str, group: int, *numa: int, replica: int = 0, healthy: bool = Tru
         name,
         Health.HEALTHY if healthy else Health.UNHEALTHY,
         numa_nodes=numa,
-        topology={"group": group, "replica": replica},
+        facts=UnitFacts(group=group, replica=replica),
     )
 
 
 def group_of(device: Device) -> Hashable:
-    return device.topology["group"]
+    return device.facts_as(UnitFacts).group
 
 
 def choose(available: Sequence[Device], must: Sequence[str], size: int) -> list[str]:
@@ -86,7 +87,7 @@ def test_generic_units_before_second_replicas() -> None:
     devices = [dev(f"r{r}u{u}", 0, 0, replica=r) for u in range(2) for r in range(2)]
 
     def units_first(d: Device) -> tuple[int, str]:
-        return (int(d.topology["replica"]), d.id)  # type: ignore[call-overload]
+        return (d.facts_as(UnitFacts).replica, d.id)
 
     answer = prefer_fewest_numa_nodes(devices, [], 2, group_of=group_of, order=units_first)
     assert answer == ["r0u0", "r0u1"]
@@ -120,10 +121,10 @@ def test_fewest_numa_nodes_then_fewest_groups(scene: tuple[list[Device], list[st
     assert extra_nodes(answer, by_id, must) == fewest_nodes
     # Among the choices inside the same NUMA nodes, none opens fewer new groups.
     nodes = {n for i in answer for n in by_id[i].numa_nodes}
-    opened = {by_id[m].topology["group"] for m in must}
+    opened = {by_id[m].facts_as(UnitFacts).group for m in must}
 
     def new_groups(ids: Sequence[str]) -> int:
-        return len({by_id[i].topology["group"] for i in ids} - opened)
+        return len({by_id[i].facts_as(UnitFacts).group for i in ids} - opened)
 
     same_nodes = [o for o in options if {n for i in o for n in by_id[i].numa_nodes} <= nodes]
     assert new_groups(answer) == min(new_groups(o) for o in same_nodes)

@@ -10,6 +10,7 @@ from prometheus_client.metrics_core import Metric
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.config import share_all
 from accel_plugins.backends.nvidia.errors import NvmlError
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml, TelemetryValue
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
 from tests.nvidia_fixtures import RunNvidia, simulated_backend, watching
@@ -177,7 +178,7 @@ async def test_a_mig_device_attributes_its_gpu(run_nvidia: RunNvidia) -> None:
     backend, _ = await started(run_nvidia, "a100-mig", mig_strategy="mixed")
     tree = backend.snapshot()
     (mig_id, mig), *_ = tree["nvidia.com/mig-1g.5gb"].items()
-    parent = str(mig.topology["parent_uuid"])
+    parent = str(gpu_facts(mig).parent_uuid)
 
     def holders(resource: str, device_id: str) -> Sequence[PodRef]:
         return (PodRef("default", "p", "c"),) if device_id == mig_id else ()

@@ -17,6 +17,7 @@ from accel_plugins.backends.nvidia.config import (
     share_all,
 )
 from accel_plugins.backends.nvidia.errors import NvmlInitError
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.resources import MigStrategyError
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.errors import ConfigError
@@ -90,7 +91,7 @@ async def test_cli_factory_serves_a_simulated_node(
     recorder = await run_nvidia(factory())
     gpus = list(recorder.latest["nvidia.com/gpu"].values())
     assert len(gpus) == 8
-    assert gpus[0].topology["links"] == ("X", *["NV18"] * 7)
+    assert gpu_facts(gpus[0]).links == ("X", *["NV18"] * 7)
 
 
 async def test_cli_factory_rereads_the_config_on_each_call(

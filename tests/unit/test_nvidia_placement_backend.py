@@ -18,6 +18,7 @@ from accel_plugins.backends.nvidia.config import (
     TimeSlicing,
     share_all,
 )
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.backend import PreferredAllocator
 from accel_plugins.plugin.device import Device
@@ -35,8 +36,8 @@ def built(spec: str, **options: Any) -> tuple[NvidiaBackend, dict[str, list[Devi
 
 def short(device: Device) -> str:
     """``3`` for GPU 3, ``3::1`` for its replica 1, ``0:2`` for a MIG device."""
-    n = device.topology.get("replica")
-    index = str(device.topology["index"])
+    n = gpu_facts(device).replica
+    index = gpu_facts(device).index
     return index if n is None else f"{index}::{n}"
 
 

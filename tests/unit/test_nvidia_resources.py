@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node, discover
+from accel_plugins.backends.nvidia.facts import GpuFacts, gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
@@ -32,7 +33,7 @@ def a100(*migs: list[str] | None) -> dict[str, Any]:
 
 def shape(resources: dict[str, list[Any]]) -> dict[str, list[str]]:
     """Resource -> the devices' NVIDIA indices, the readable form of a tree."""
-    return {name: [d.topology["index"] for d in devices] for name, devices in resources.items()}
+    return {name: [gpu_facts(d).index for d in devices] for name, devices in resources.items()}
 
 
 @pytest.mark.parametrize(
@@ -101,35 +102,38 @@ def test_single_strategy_refuses_mixed_nodes(spec: str | dict[str, Any], message
         build_resources(node_of(spec), "single")
 
 
-def test_device_topology_carries_what_allocation_and_the_optimiser_read() -> None:
+def test_device_facts_carry_what_allocation_and_the_optimiser_read() -> None:
     resources = build_resources(node_of("a100-mig"), "mixed")
     gpu = resources["nvidia.com/gpu"][0]
     assert gpu.id.startswith("GPU-")
     assert gpu.numa_nodes == (1,)
-    assert dict(gpu.topology) == {
-        "kind": "gpu",
-        "index": "3",
-        "gpu_index": 3,
-        "uuid": gpu.id,
-        "minor": 3,
-        "name": "NVIDIA A100-SXM4-40GB",
-        "memory_mib": 40960,
-        "pci_bus_id": "0000:4e:00.0",
-        "numa_node": 1,
-        "links": ("NV4", "NV4", "NV4", "X"),
-        "link_peers": (0, 1, 2, 3),
-    }
+    assert gpu.facts == GpuFacts(
+        kind="gpu",
+        index="3",
+        gpu_index=3,
+        uuid=gpu.id,
+        minor=3,
+        name="NVIDIA A100-SXM4-40GB",
+        memory_mib=40960,
+        pci_bus_id="0000:4e:00.0",
+        numa_node=1,
+        links=("NV4", "NV4", "NV4", "X"),
+        link_peers=(0, 1, 2, 3),
+    )
     mig = resources["nvidia.com/mig-3g.20gb"][0]
     assert mig.id.startswith("MIG-")
-    assert mig.topology["parent_uuid"] != gpu.id
-    assert {k: mig.topology[k] for k in ("kind", "index", "mig_profile", "gpu_index", "minor")} == {
+    assert gpu_facts(mig).parent_uuid != gpu.id
+    assert {
+        k: getattr(gpu_facts(mig), k)
+        for k in ("kind", "index", "mig_profile", "gpu_index", "minor")
+    } == {
         "kind": "mig",
         "index": "0:0",
         "mig_profile": "3g.20gb",
         "gpu_index": 0,
         "minor": 0,
     }
-    assert mig.topology["links"] == ("X", "NV4", "NV4", "NV4")
+    assert gpu_facts(mig).links == ("X", "NV4", "NV4", "NV4")
 
 
 def test_unknown_strategy_is_an_error() -> None:

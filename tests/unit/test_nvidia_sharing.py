@@ -9,6 +9,7 @@ import pytest
 
 from accel_plugins.backends.nvidia.config import TimeSlicing, load_config_file
 from accel_plugins.backends.nvidia.discovery import discover
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import build_resources
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, base_id
@@ -34,8 +35,8 @@ def shape(tree: dict[str, list[Device]]) -> dict[str, list[str]]:
     """Resource -> device IDs with each GPU UUID replaced by its index, for reading."""
 
     def short(device: Device) -> str:
-        index = str(device.topology["index"])
-        n = device.topology.get("replica")
+        index = gpu_facts(device).index
+        n = gpu_facts(device).replica
         return index if n is None else f"{index}::{n}"
 
     return {name: [short(d) for d in devices] for name, devices in tree.items()}
@@ -119,11 +120,11 @@ def test_replica_ids_are_the_device_id_and_a_number(tmp_path: Path) -> None:
         resources("pcie-4gpu"),
         sharing(tmp_path, "resources:\n- {name: gpu, replicas: 3, devices: [0]}\n"),
     )
-    replicas = [d for d in got["nvidia.com/gpu"] if d.topology.get("replica_of") == base.id]
+    replicas = [d for d in got["nvidia.com/gpu"] if gpu_facts(d).replica_of == base.id]
     assert [d.id for d in replicas] == [f"{base.id}::{n}" for n in range(3)]
     assert {base_id(d.id) for d in replicas} == {base.id}
     assert all(d.numa_nodes == base.numa_nodes for d in replicas)
-    assert all(d.topology["uuid"] == base.id for d in replicas)
+    assert all(gpu_facts(d).uuid == base.id for d in replicas)
 
 
 def test_mig_devices_are_shared_by_index_and_uuid(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from accel_plugins.backends.generic import cdi
 from accel_plugins.backends.generic.config import GenericConfig
-from accel_plugins.backends.generic.discovery import Discovery
+from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
@@ -182,11 +182,11 @@ class GenericBackend:
 
 
 def _config_group(device: Device) -> object:
-    return device.topology.get("group")
+    return device.facts_as(UnitFacts).group
 
 
 def _units_first(device: Device) -> tuple[object, ...]:
-    return (device.topology.get("replica", 0), natural_key(device.id))
+    return (device.facts_as(UnitFacts).replica, natural_key(device.id))
 
 
 def _log_changes(old: DeviceTree, new: DeviceTree, reason: Wakeup) -> None:

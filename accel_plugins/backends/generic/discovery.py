@@ -41,6 +41,19 @@ from accel_plugins.backends.generic.udev import UdevEnumerator
 from accel_plugins.backends.generic.usb import enumerate_usb, matching
 from accel_plugins.plugin.device import Device, DeviceNode, Health, Mount
 
+
+@dataclass(frozen=True, slots=True)
+class UnitFacts:
+    """Device.facts of a generic device: which config group it came from, which replica it is.
+
+    The preferred-allocation policy keeps groups whole and takes distinct
+    units (replica 0) before second replicas.
+    """
+
+    group: int
+    replica: int
+
+
 log = logging.getLogger(__name__)
 
 
@@ -115,7 +128,7 @@ class Discovery:
             numa_nodes=tuple(sorted(n for n in numa if n is not None)),
             nodes=unit.nodes,
             mounts=unit.mounts,
-            topology={"group": group, "replica": replica},
+            facts=UnitFacts(group=group, replica=replica),
         )
 
     def _units(self, group: Group) -> list[Unit]:

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
 
 ENVVAR = "envvar"
@@ -114,17 +115,16 @@ def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8
 
 
 def _position(device: Device) -> tuple[int, ...]:
-    index = str(device.topology.get("index", ""))
-    return tuple(int(p) for p in index.split(":") if p.isdigit())
+    return tuple(int(p) for p in gpu_facts(device).index.split(":") if p.isdigit())
 
 
 def runtime_ids(devices: Sequence[Device], id_strategy: str) -> list[str]:
     """The IDs the container runtime sees: in GPU index order (the kubelet's
     request order is arbitrary), replicas folded onto their GPU."""
-    key = "uuid" if id_strategy == "uuid" else "index"
     out: list[str] = []
     for device in sorted(devices, key=_position):
-        value = str(device.topology.get(key, device.id))
+        facts = gpu_facts(device)
+        value = facts.uuid if id_strategy == "uuid" else facts.index
         if value not in out:
             out.append(value)
     return out

@@ -12,6 +12,7 @@ from accel_plugins.backends.nvidia.allocate import container_allocation, read_mi
 from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.placement import LinkMatrix
@@ -91,10 +92,10 @@ class NvidiaBackend:
         parents = {self._monitor.parent_of(u) for u in faults} if self._monitor else set()
 
         def health(device: Device) -> Health:
-            unit = device.topology.get("uuid")
-            parent = device.topology.get("parent_uuid")
+            facts = gpu_facts(device)
+            unit, parent = facts.uuid, facts.parent_uuid
             bad = unit in faults or parent in faults
-            if device.topology.get("kind") == "gpu" and unit in parents:
+            if facts.kind == "gpu" and unit in parents:
                 bad = True  # a faulty MIG device makes its whole GPU unusable
             return Health.UNHEALTHY if bad else Health.HEALTHY
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.placement import LinkMatrix
 from accel_plugins.backends.nvidia.slices import PACKED, Slice
 from accel_plugins.backends.nvidia.slices import choose as choose_slices
@@ -20,23 +21,13 @@ from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
 from accel_plugins.plugin.device import Device
 
 
-def _gpu_index(device: Device) -> int | None:
-    value = device.topology.get("gpu_index")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _is_whole_gpu(device: Device) -> bool:
-    return device.topology.get("kind") == "gpu" and "replica_of" not in device.topology
-
-
 def _slice(device: Device, gpu: int) -> Slice:
-    unit = device.topology.get("replica_of", device.id)
-    index = str(device.topology.get("index", ""))  # "3" for a GPU, "3:1" for a MIG device
-    order = [int(part) for part in index.split(":") if part.isdigit()]
-    replica = device.topology.get("replica")
-    if isinstance(replica, int):
-        order.append(replica)
-    return Slice(id=device.id, gpu=gpu, unit=str(unit), order=tuple(order))
+    facts = gpu_facts(device)
+    # "3" for a GPU, "3:1" for a MIG device, then the replica number.
+    order = [int(part) for part in facts.index.split(":") if part.isdigit()]
+    if facts.replica is not None:
+        order.append(facts.replica)
+    return Slice(id=device.id, gpu=gpu, unit=facts.replica_of or device.id, order=tuple(order))
 
 
 def preferred_devices(
@@ -55,15 +46,17 @@ def preferred_devices(
         return prefer_fewest_numa_nodes(available, must_include, size)
     gpu_of: dict[str, int] = {}
     for device in available:
-        index = _gpu_index(device)
+        facts = known_gpu(device)
+        index = None if facts is None else facts.gpu_index
         if index is None or index not in matrix:
             return prefer_fewest_numa_nodes(available, must_include, size)
         gpu_of[device.id] = index
     must = [d.id for d in must_include]
-    if all(_is_whole_gpu(d) for d in available) and len(set(gpu_of.values())) == len(gpu_of):
+    whole = all(gpu_facts(d).is_whole_gpu for d in available)
+    if whole and len(set(gpu_of.values())) == len(gpu_of):
         by_gpu = {gpu: device_id for device_id, gpu in gpu_of.items()}
         chosen = matrix.choose(by_gpu, [gpu_of[i] for i in must], size)
         return [by_gpu[g] for g in chosen]
     slices = [_slice(d, gpu_of[d.id]) for d in available]
-    policy = replica_policy if any("replica_of" in d.topology for d in available) else PACKED
+    policy = replica_policy if any(gpu_facts(d).is_replica for d in available) else PACKED
     return choose_slices(policy, slices, must, size, matrix.score)

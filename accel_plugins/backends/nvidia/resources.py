@@ -8,12 +8,8 @@
   ``nvidia.com/mig-<profile>``; a MIG-enabled GPU itself is not offered.
 
 Device IDs are UUIDs (GPU-... or MIG-...), as in NVIDIA's plugin.
-``Device.topology`` carries the facts allocation and the topology optimiser
-read: ``kind`` (gpu|mig), ``index`` (``0`` or ``0:1``), ``gpu_index``,
-``uuid``, ``minor``, ``name``, ``memory_mib``, ``pci_bus_id``, ``numa_node``,
-``links`` (the GPU's row of nvidia-smi tokens) with ``link_peers`` (the GPU
-index of each entry; equal to the position unless a GPU was lost), and for
-MIG ``parent_uuid``, ``mig_profile``, ``gpu_instance``, ``compute_instance``.
+``Device.facts`` carries the facts allocation and the topology optimiser
+read, as a :class:`~accel_plugins.backends.nvidia.facts.GpuFacts`.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from pathlib import Path
 
 from accel_plugins.backends.nvidia.allocate import gpu_nodes, mig_nodes
 from accel_plugins.backends.nvidia.discovery import Gpu, MigDevice, Node
+from accel_plugins.backends.nvidia.facts import GpuFacts
 from accel_plugins.errors import BackendError
 from accel_plugins.plugin.device import Device
 
@@ -42,19 +39,19 @@ def gpu_device(gpu: Gpu, *, driver_root: Path, device_specs: bool) -> Device:
         id=gpu.uuid,
         numa_nodes=() if gpu.numa_node is None else (gpu.numa_node,),
         nodes=gpu_nodes(driver_root, gpu.minor) if device_specs else (),
-        topology={
-            "kind": "gpu",
-            "index": str(gpu.index),
-            "gpu_index": gpu.index,
-            "uuid": gpu.uuid,
-            "minor": gpu.minor,
-            "name": gpu.name,
-            "memory_mib": gpu.memory_mib,
-            "pci_bus_id": gpu.pci_bus_id,
-            "numa_node": gpu.numa_node,
-            "links": gpu.links,
-            "link_peers": gpu.peers,
-        },
+        facts=GpuFacts(
+            kind="gpu",
+            index=str(gpu.index),
+            gpu_index=gpu.index,
+            uuid=gpu.uuid,
+            minor=gpu.minor,
+            name=gpu.name,
+            memory_mib=gpu.memory_mib,
+            pci_bus_id=gpu.pci_bus_id,
+            numa_node=gpu.numa_node,
+            links=gpu.links,
+            link_peers=gpu.peers,
+        ),
     )
 
 
@@ -75,23 +72,23 @@ def mig_device(
         id=mig.uuid,
         numa_nodes=() if gpu.numa_node is None else (gpu.numa_node,),
         nodes=nodes,
-        topology={
-            "kind": "mig",
-            "index": mig.index,
-            "gpu_index": gpu.index,
-            "uuid": mig.uuid,
-            "parent_uuid": gpu.uuid,
-            "minor": gpu.minor,
-            "name": gpu.name,
-            "memory_mib": mig.memory_mib,
-            "mig_profile": mig.profile,
-            "gpu_instance": mig.gpu_instance,
-            "compute_instance": mig.compute_instance,
-            "pci_bus_id": gpu.pci_bus_id,
-            "numa_node": gpu.numa_node,
-            "links": gpu.links,
-            "link_peers": gpu.peers,
-        },
+        facts=GpuFacts(
+            kind="mig",
+            index=mig.index,
+            gpu_index=gpu.index,
+            uuid=mig.uuid,
+            parent_uuid=gpu.uuid,
+            minor=gpu.minor,
+            name=gpu.name,
+            memory_mib=mig.memory_mib,
+            mig_profile=mig.profile,
+            gpu_instance=mig.gpu_instance,
+            compute_instance=mig.compute_instance,
+            pci_bus_id=gpu.pci_bus_id,
+            numa_node=gpu.numa_node,
+            links=gpu.links,
+            link_peers=gpu.peers,
+        ),
     )
 
 

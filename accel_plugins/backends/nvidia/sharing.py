@@ -4,7 +4,7 @@ Replicas of one device go under the entry's ``rename`` (``<name>.shared``
 with ``renameByDefault``, else the original name); the resource's devices
 that no entry selects stay under the original name, unreplicated. Several
 entries for one resource with disjoint device lists give each GPU its own
-replica count. A replica carries its device's topology plus ``replica`` (n)
+replica count. A replica carries its device's facts plus ``replica`` (n)
 and ``replica_of`` (the shared device's ID), and shares its health.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from accel_plugins.backends.nvidia.config import ReplicatedResource, TimeSlicing
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.device import Device
 
@@ -29,7 +30,7 @@ def base_id(device_id: str) -> str:
 
 
 def is_replica(device: Device) -> bool:
-    return "replica_of" in device.topology
+    return gpu_facts(device).is_replica
 
 
 def replicate(device: Device, count: int) -> list[Device]:
@@ -39,14 +40,15 @@ def replicate(device: Device, count: int) -> list[Device]:
             health=device.health,
             numa_nodes=device.numa_nodes,
             nodes=device.nodes,
-            topology={**device.topology, "replica": n, "replica_of": device.id},
+            facts=gpu_facts(device).as_replica(n, device.id),
         )
         for n in range(count)
     ]
 
 
 def _matches(device: Device, ref: str) -> bool:
-    return ref in (device.id, device.topology.get("index"), device.topology.get("uuid"))
+    facts = gpu_facts(device)
+    return ref in (device.id, facts.index, facts.uuid)
 
 
 def _select(
@@ -92,8 +94,7 @@ def apply_time_slicing(
                     raise ConfigError(
                         source,
                         f"{entry.where}.devices",
-                        f"device {device.topology.get('index', device.id)} is already shared "
-                        f"by {taken[device.id]}",
+                        f"device {gpu_facts(device).index} is already shared by {taken[device.id]}",
                     )
                 taken[device.id] = entry.where
                 replicas.extend((entry.rename, r) for r in replicate(device, entry.replicas))

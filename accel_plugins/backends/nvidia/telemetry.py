@@ -28,6 +28,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from accel_plugins.backends.nvidia.discovery import Gpu
 from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError, NvmlNotSupportedError
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.health import HealthMonitor
 from accel_plugins.backends.nvidia.nvml import Handle, Nvml, Utilization
 from accel_plugins.plugin.backend import Holders, PodRef
@@ -148,10 +149,7 @@ def gpu_holders(
             refs = holders(resource, device.id)
             if not refs:
                 continue
-            facts = device.topology
-            gpu = facts.get("parent_uuid") or facts.get("uuid")
-            if isinstance(gpu, str):
-                found.setdefault(gpu, set()).update(refs)
+            found.setdefault(gpu_facts(device).gpu_uuid, set()).update(refs)
     return {gpu: tuple(sorted(refs)) for gpu, refs in found.items()}
 
 

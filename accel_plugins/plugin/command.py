@@ -1,0 +1,98 @@
+"""How a backend becomes an ``accel-plugins <name>`` subcommand.
+
+An installed package names a :class:`BackendCommand` in the entry-point group
+``accel_plugins.backends``; the CLI adds the common flags (plugin dir, kubelet
+socket, metrics, logs) and the command's own :class:`Option` list, each with an
+``ACCEL_PLUGINS_<FLAG>`` environment twin, then calls ``build`` once to
+validate (a :class:`~accel_plugins.errors.ConfigError` exits 2 before any
+socket is touched) and uses the returned factory for every (re)start.
+
+The module that defines the command must stay cheap to import: ``accel-plugins
+--help`` loads every installed command to list it. Import hardware libraries
+inside ``build``, and name them in ``requires`` so a missing one is reported as
+the pip extra to install rather than a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accel_plugins.plugin.backend import Backend
+
+ENTRY_POINT_GROUP = "accel_plugins.backends"
+
+InUse = Callable[[str], Collection[str] | None]
+"""resource -> IDs of the devices pods hold now, or None when the kubelet cannot say."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One flag of a backend's subcommand, e.g. ``Option("--config", "devices file")``.
+
+    Its value is read from the command line, else from ``ACCEL_PLUGINS_<FLAG>``,
+    else from the extra ``env`` names (vendor spellings such as ``MIG_STRATEGY``),
+    else ``default``. ``type`` converts the text (raise ValueError to refuse it).
+    """
+
+    flag: str
+    help: str
+    default: Any = None
+    type: Callable[[str], Any] = str
+    choices: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    metavar: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.flag.startswith("--") or len(self.flag) < 3:
+            raise ValueError(f"option {self.flag!r}: flags are spelled --name")
+
+    @property
+    def dest(self) -> str:
+        """The key of this option in :attr:`BackendContext.options` (``--dev-root`` → dev_root)."""
+        return self.flag[2:].replace("-", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    """What the command line hands a backend's ``build``."""
+
+    # Option values by Option.dest, already converted and defaulted.
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Which devices pods hold, from the kubelet's PodResources API (None: no API).
+    in_use: InUse | None = None
+    # The environment the process was started with (vendor variables beyond the flags).
+    environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+BackendFactory = Callable[[], "Backend"]
+"""Builds a fresh backend: at start, after a crash, and on SIGHUP (re-reading config)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendCommand:
+    """A backend as the ``accel-plugins`` command line sees it.
+
+    ``build`` validates the options and any configuration now, raising
+    ConfigError for bad input, and returns the factory the manager calls.
+    ``requires`` lists top-level modules the backend imports (``pynvml``);
+    when one is missing the command exits 2 naming ``pip install
+    'accel-plugins[<extra>]'`` (or ``install`` when given, for third parties).
+    """
+
+    summary: str
+    build: Callable[[BackendContext], BackendFactory]
+    options: tuple[Option, ...] = ()
+    requires: tuple[str, ...] = ()
+    extra: str = ""
+    install: str = ""
+
+    def install_hint(self) -> str:
+        if self.install:
+            return self.install
+        if self.extra:
+            return f"pip install 'accel-plugins[{self.extra}]'"
+        return f"pip install {' '.join(self.requires)}"
