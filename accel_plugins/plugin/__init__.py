@@ -1,9 +1,27 @@
-"""The vendor-neutral device plugin framework.
+"""The vendor-neutral device plugin framework: everything a backend author needs.
 
 Data flows one way: a Backend publishes DeviceTree snapshots, the Manager diffs
-them and drives one PluginServer per resource. Nothing here imports a backend.
+them and drives one gRPC server per resource. A backend describes devices
+(:class:`Device`), optionally answers the hooks (:class:`Allocator`,
+:class:`PreferredAllocator`, :class:`PreStarter`, :class:`MetricsProvider`),
+and becomes ``accel-plugins <name>`` through a :class:`BackendCommand` named in
+the entry-point group :data:`ENTRY_POINT_GROUP`. Nothing here imports a backend
+or grpc at import time. See docs/writing-a-backend.md.
 """
 
+from accel_plugins.errors import (
+    AccelPluginsError,
+    AllocationError,
+    BackendError,
+    ConfigError,
+    HookError,
+    InvalidSnapshotError,
+)
+from accel_plugins.plugin.allocation import (
+    check_preferred_request,
+    natural_key,
+    prefer_fewest_numa_nodes,
+)
 from accel_plugins.plugin.backend import (
     Allocator,
     Backend,
@@ -14,6 +32,14 @@ from accel_plugins.plugin.backend import (
     PreStarter,
     Publish,
 )
+from accel_plugins.plugin.command import (
+    ENTRY_POINT_GROUP,
+    BackendCommand,
+    BackendContext,
+    BackendFactory,
+    InUse,
+    Option,
+)
 from accel_plugins.plugin.device import (
     ContainerAllocation,
     Device,
@@ -21,21 +47,38 @@ from accel_plugins.plugin.device import (
     DeviceTree,
     Health,
     Mount,
+    tree,
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
+    "AccelPluginsError",
+    "AllocationError",
     "Allocator",
     "Backend",
+    "BackendCommand",
+    "BackendContext",
+    "BackendError",
+    "BackendFactory",
+    "ConfigError",
     "ContainerAllocation",
     "Device",
     "DeviceNode",
     "DeviceTree",
     "Health",
+    "HookError",
     "Holders",
+    "InUse",
+    "InvalidSnapshotError",
     "MetricsProvider",
     "Mount",
+    "Option",
     "PodRef",
     "PreStarter",
     "PreferredAllocator",
     "Publish",
+    "check_preferred_request",
+    "natural_key",
+    "prefer_fewest_numa_nodes",
+    "tree",
 ]

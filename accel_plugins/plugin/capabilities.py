@@ -1,4 +1,5 @@
-"""Which optional capabilities a backend offers, resolved once per backend."""
+"""Which optional capabilities a backend offers, resolved once per backend,
+and the deadline the framework gives each hook call."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ class Capabilities:
     allocator: Allocator | None = None
     preferred: PreferredAllocator | None = None
     pre_starter: PreStarter | None = None
+    hook_timeout: float = 10.0
 
     @classmethod
-    def of(cls, backend: object) -> Capabilities:
+    def of(cls, backend: object, *, hook_timeout: float = 10.0) -> Capabilities:
         return cls(
             allocator=backend if isinstance(backend, Allocator) else None,
             preferred=backend if isinstance(backend, PreferredAllocator) else None,
             pre_starter=backend if isinstance(backend, PreStarter) else None,
+            hook_timeout=hook_timeout,
         )
 
     @property

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins.errors import AccelPluginsError
+from accel_plugins.errors import AccelPluginsError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device, DeviceTree, Health
@@ -25,6 +25,7 @@ from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff
 from accel_plugins.plugin.server import ServeError, socket_name
+from accel_plugins.plugin.snapshot import check_snapshot
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,14 @@ class ManagerSettings:
     backoff_max: float = 5.0
     # Safety net behind inotify (missed events, exotic filesystems).
     check_interval: float = 5.0
+    # A backend that crashes, returns, or cannot be built is rebuilt after
+    # backend_restart_delay, doubling up to backend_restart_max; a run that
+    # lasted backend_stable_after resets the delay.
     backend_restart_delay: float = 1.0
+    backend_restart_max: float = 30.0
+    backend_stable_after: float = 60.0
+    # Deadline of each backend hook call (allocate, preferred allocation, pre-start).
+    hook_timeout: float = 10.0
 
     @property
     def kubelet_socket_path(self) -> Path:
@@ -86,19 +94,30 @@ class Manager:
         self._pending: set[_Event] = set()
         self._backend: Backend | None = None
         self._backend_task: asyncio.Task[None] | None = None
-        self._capabilities = Capabilities()
+        self._capabilities = Capabilities(hook_timeout=settings.hook_timeout)
+        self._restart_backoff = Backoff(
+            settings.backend_restart_delay, settings.backend_restart_max
+        )
+        self._backend_started = 0.0
+        self._fatal: InvalidSnapshotError | None = None
         self._stopped = asyncio.Event()
         self._running = False
 
     # -- public --------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve until stop(); raises if the first backend cannot be built."""
+        """Serve until stop().
+
+        A backend that cannot be built, crashes or returns is rebuilt with
+        backoff; an invalid resource name or device ID in a snapshot stops
+        serving and raises InvalidSnapshotError (a ConfigError) from here.
+        """
         self._running = True
+        self._fatal = None
         self.settings.plugin_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
         self._note_kubelet(self._kubelet_identity())
-        self._start_backend(self._factory())
+        self._restart_backend()
         checker = asyncio.create_task(self._periodic_check(), name="socket check")
         try:
             while True:
@@ -120,6 +139,8 @@ class Manager:
             self._plugins.clear()
             self._running = False
             self._stopped.set()
+        if self._fatal is not None:
+            raise self._fatal
 
     async def stop(self) -> None:
         """Stop serving, remove our sockets, and return once run() has finished."""
@@ -266,7 +287,9 @@ class Manager:
         for resource, devices in sorted(tree.items()):
             plugin = self._plugins.get(resource)
             if plugin is not None:
-                if plugin.devices is not devices:
+                # By content: a backend that republishes an equal list (a rescan
+                # that found nothing new) sends the kubelet nothing.
+                if plugin.devices is not devices and plugin.devices != devices:
                     plugin.update(devices)
                 continue
             plugin = ResourcePlugin(
@@ -293,12 +316,21 @@ class Manager:
 
     def _start_backend(self, backend: Backend) -> None:
         self._backend = backend
-        self._capabilities = Capabilities.of(backend)
+        self._backend_started = asyncio.get_running_loop().time()
+        self._capabilities = Capabilities.of(backend, hook_timeout=self.settings.hook_timeout)
 
         def publish(tree: DeviceTree) -> None:
-            if self._backend is backend:  # late snapshots of a replaced backend are dropped
-                self._tree = tree
-                self._post(_Event.TREE)
+            if self._backend is not backend or self._fatal is not None:
+                return  # late snapshots of a replaced backend are dropped
+            try:
+                check_snapshot(tree, self._tree)
+            except InvalidSnapshotError as exc:
+                # Logged by whoever reports run()'s error (the CLI: exit 2).
+                self._fatal = exc
+                self._post(_Event.STOP)
+                return
+            self._tree = tree
+            self._post(_Event.TREE)
 
         task = asyncio.create_task(backend.run(publish), name="backend")
         task.add_done_callback(self._on_backend_done)
@@ -326,18 +358,26 @@ class Manager:
 
     async def _on_backend_died(self) -> None:
         self._metrics.backend_restarted()
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._backend_started >= self.settings.backend_stable_after:
+            self._restart_backoff.reset()
+        self._backend, self._backend_task = None, None
         # Nobody watches the hardware now: say so rather than keep promising health.
         self._tree = {resource: unhealthy(devices) for resource, devices in self._tree.items()}
         await self._apply(self._tree)
-        asyncio.get_running_loop().call_later(
-            self.settings.backend_restart_delay, self._post, _Event.BACKEND_START
-        )
+        delay = self._restart_backoff.next_delay()
+        log.info("rebuilding the backend in %.1fs", delay)
+        loop.call_later(delay, self._post, _Event.BACKEND_START)
 
     def _restart_backend(self) -> None:
         try:
             backend = self._factory()
-        except AccelPluginsError as exc:
-            log.error("cannot restart the backend: %s", exc)
+        except Exception as exc:
+            # Vendor code: whatever it raises, the manager and its other state live on.
+            log.error(
+                "cannot build the backend: %s", exc, exc_info=not isinstance(exc, AccelPluginsError)
+            )
+            self._backend_started = asyncio.get_running_loop().time()
             self._post(_Event.BACKEND_DIED)
             return
         self._start_backend(backend)
@@ -345,8 +385,12 @@ class Manager:
     async def _reload(self) -> None:
         try:
             backend = self._factory()
-        except AccelPluginsError as exc:
-            log.error("reload failed, keeping the running configuration: %s", exc)
+        except Exception as exc:
+            log.error(
+                "reload failed, keeping the running configuration: %s",
+                exc,
+                exc_info=not isinstance(exc, AccelPluginsError),
+            )
             return
         log.info("configuration reloaded")
         await self._stop_backend()

@@ -3,6 +3,13 @@
 Holds the resource's current devices, fans every change out to all open
 ListAndWatch streams and answers the unary RPCs. Request problems become
 gRPC status codes with messages; nothing a caller sends can crash it.
+
+Backend hooks (allocate, preferred allocation, pre-start) are vendor code we
+do not control, so each call follows one rule: it runs in a worker thread,
+off the event loop, within ``Capabilities.hook_timeout`` (else
+DEADLINE_EXCEEDED); AllocationError is a refusal of the request, HookError
+carries the status the backend chose, anything else is INTERNAL. Each failure
+is logged once here and the resource keeps serving.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import grpc
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.errors import AllocationError
+from accel_plugins.errors import AllocationError, HookError
 from accel_plugins.plugin import allocation
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.convert import container_response, device_message
@@ -39,6 +46,16 @@ def plugin_options(capabilities: Capabilities) -> pb.DevicePluginOptions:
         pre_start_required=capabilities.pre_start_required,
         get_preferred_allocation_available=capabilities.get_preferred_allocation_available,
     )
+
+
+class _HookFailedError(Exception):
+    """A backend hook failed; carries the status for the caller to count, then abort with."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, refused: bool) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.refused = refused  # the backend said no (vs. broke or timed out)
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
@@ -161,10 +178,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 await self._abort(context, "the request has no container requests")
             responses = []
             for container in request.container_requests:
-                result = await self._guard(
-                    context,
-                    lambda c=container: self._allocate(c.devicesIDs),  # type: ignore[misc]
-                )
+                result = await self._allocate(context, container.devicesIDs)
                 responses.append(container_response(result))
             return pb.AllocateResponse(container_responses=responses)
 
@@ -195,15 +209,15 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             ),
         )
         try:
-            # A pre-start hook may reset hardware; keep the event loop free.
-            await asyncio.to_thread(hook.pre_start, self.resource, devices)
-        except AllocationError as exc:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except Exception as exc:
-            log.exception("resource %s: pre-start hook failed", self.resource)
-            await context.abort(
-                grpc.StatusCode.INTERNAL, f"resource {self.resource}: pre-start failed: {exc}"
+            # The devices are the kubelet's already: a refusal is a failed precondition.
+            await self._hook(
+                "pre-start",
+                hook.pre_start,
+                devices,
+                refused=grpc.StatusCode.FAILED_PRECONDITION,
             )
+        except _HookFailedError as failure:
+            await context.abort(failure.code, failure.message)
         return pb.PreStartContainerResponse()
 
     # -- helpers -------------------------------------------------------------
@@ -222,6 +236,40 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             grpc.StatusCode.INVALID_ARGUMENT, f"resource {self.resource}: {message}"
         )
 
+    async def _hook(
+        self,
+        name: str,
+        call: Callable[..., _T],
+        *args: Any,
+        refused: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT,
+    ) -> _T:
+        """Call a backend hook by the fault rule (see the module docstring).
+
+        Raises _HookFailedError with the status to answer; the failure is logged here.
+        """
+        timeout = self.capabilities.hook_timeout
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(call, self.resource, *args), timeout)
+        except AllocationError as exc:
+            raise _HookFailedError(refused, str(exc), refused=True) from None
+        except HookError as exc:
+            log.warning("resource %s: %s hook refused: %s (%s)", self.resource, name, exc, exc.code)
+            message = f"resource {self.resource}: {exc}"
+            raise _HookFailedError(grpc.StatusCode[exc.code], message, refused=True) from None
+        except TimeoutError:
+            # The worker thread cannot be stopped; it finishes (or hangs) on its own.
+            log.error(
+                "resource %s: %s hook did not return within %gs", self.resource, name, timeout
+            )
+            message = f"resource {self.resource}: {name} did not answer within {timeout:g}s"
+            raise _HookFailedError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, message, refused=False
+            ) from None
+        except Exception as exc:
+            log.exception("resource %s: %s hook failed", self.resource, name)
+            message = f"resource {self.resource}: {name} failed: {exc!r}"
+            raise _HookFailedError(grpc.StatusCode.INTERNAL, message, refused=False) from None
+
     async def _guard(self, context: _AnyContext, work: Callable[[], _T]) -> _T:
         """Run request handling; bad input → INVALID_ARGUMENT, a backend bug → INTERNAL."""
         async with self._guarded(context):
@@ -232,6 +280,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def _guarded(self, context: _AnyContext) -> AsyncIterator[None]:
         try:
             yield
+        except _HookFailedError as failure:
+            await context.abort(failure.code, failure.message)
         except AllocationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:
@@ -240,26 +290,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 grpc.StatusCode.INTERNAL, f"resource {self.resource}: internal error: {exc}"
             )
 
-    def _allocate(self, ids: Sequence[str]) -> ContainerAllocation:
+    async def _allocate(self, context: _AnyContext, ids: Sequence[str]) -> ContainerAllocation:
         try:
             devices = allocation.resolve(
                 self.resource, list(ids), self._devices, require_healthy=True
             )
-        except AllocationError:
+        except AllocationError as exc:
             self.metrics.allocation_failed(self.resource, rejection(ids, self._devices))
-            raise
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         hook = self.capabilities.allocator
         if hook is None:
-            result = allocation.merge(devices)
+            result = allocation.merge(devices)  # no vendor code: stays on the loop
         else:
             try:
-                result = hook.allocate(self.resource, devices)
-            except AllocationError:
-                self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_REFUSED)
-                raise
-            except Exception:
-                self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_ERROR)
-                raise
+                result = await self._hook("allocate", hook.allocate, devices)
+            except _HookFailedError as failure:
+                reason = (
+                    AllocationFailure.BACKEND_REFUSED
+                    if failure.refused
+                    else AllocationFailure.BACKEND_ERROR
+                )
+                self.metrics.allocation_failed(self.resource, reason)
+                await context.abort(failure.code, failure.message)
         self.metrics.allocated(self.resource, len(devices))
         return result
 
@@ -286,10 +338,10 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         policy = self.capabilities.preferred
         if policy is not None:
             # A topology search may take a while on a large asymmetric node: the
-            # event loop (ListAndWatch, other RPCs) must not wait for it.
+            # hook rule keeps the event loop (ListAndWatch, other RPCs) free.
             answer = list(
-                await asyncio.to_thread(
-                    policy.preferred_allocation, self.resource, available, must, size
+                await self._hook(
+                    "preferred allocation", policy.preferred_allocation, available, must, size
                 )
             )
             problem = _check_answer(answer, available, must, size)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from pathlib import Path
 
 from accel_plugins.errors import ConfigError
@@ -206,19 +205,3 @@ async def test_stop_removes_sockets(kubelet: Kubelet, start_manager: StartManage
     await running.manager.stop()
     assert sorted(p.name for p in kubelet.plugin_dir.glob("accel-*")) == []
     await kubelet.wait_for(lambda k: not any(v.connected for v in k.resources.values()))
-
-
-async def test_refused_registration_backs_off(
-    kubelet: Kubelet, start_manager: StartManager, logs: LogWaiter
-) -> None:
-    # No domain: the kubelet refuses it as an extended resource name.
-    await start_manager(ScriptedBackend(tree({"widget": widgets(1)})), backoff_initial=0.05)
-    await kubelet.wait_for(lambda k: len(k.rejections) >= 4, timeout=10)
-    warning = await logs.wait_for("registration failed")
-    assert "widget" in warning
-    assert "retrying in" in warning
-    times = [r.at for r in kubelet.rejections[:4]]
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    # Waits double (0.05, 0.1, 0.2 s): never a busy loop.
-    assert all(gap >= 0.04 for gap in gaps)
-    assert gaps[2] > gaps[0]
