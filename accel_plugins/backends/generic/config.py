@@ -36,11 +36,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from accel_plugins import yamlfile
 from accel_plugins.backends.generic.names import name_problem
-from accel_plugins.errors import ConfigError
+from accel_plugins.configfields import PLAIN, Fields, plain_kind
 
 DEFAULT_PERMISSIONS = "mrw"
 USB_PERMISSIONS = "rw"
@@ -140,73 +139,31 @@ def parse_config(text: str, source: str = "<config>") -> GenericConfig:
     return _Reader(source).config(data)
 
 
-def _type_name(value: object) -> str:
-    if value is None:
-        return "nothing (null)"
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
-    names |= {list: "a list", dict: "a mapping"}
-    return names.get(type(value), type(value).__name__)
-
-
-class _Reader:
+class _Reader(Fields):
     """Walks the parsed YAML, remembering the field path for error messages."""
 
     def __init__(self, source: str) -> None:
-        self.source = source
+        super().__init__(source, wording=PLAIN)
 
-    def fail(self, where: str, reason: str) -> ConfigError:
-        return ConfigError(self.source, where, reason)
-
-    # -- shapes --
-
-    def mapping(self, value: object, where: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected a mapping, got {_type_name(value)}")
-        for key in value:
-            if not isinstance(key, str):
-                raise self.fail(where, f"keys must be strings, got {key!r}")
-            if key not in allowed:
-                raise self.fail(
-                    f"{where}.{key}" if where else key,
-                    f"unknown key (expected one of: {', '.join(allowed)})",
-                )
-        return value
-
-    def list_of(self, value: object, where: str) -> list[Any]:
-        if not isinstance(value, list):
-            raise self.fail(where, f"expected a list, got {_type_name(value)}")
-        return value
-
-    def string(self, value: object, where: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(where, f"expected a string, got {_type_name(value)}")
-        return value
-
-    def boolean(self, value: object, where: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(where, f"expected true or false, got {_type_name(value)}")
-        return value
+    # -- values of this format --
 
     def count(self, value: object, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"expected a whole number, got {_type_name(value)}")
-        if value < 0:
-            raise self.fail(where, f"must not be negative, got {value}")
-        if value > MAX_COUNT:
-            raise self.fail(where, f"at most {MAX_COUNT}, got {value}")
-        return value or 1  # squat: 0 (unset in Go) means the default, 1
+        number = self.integer(value, where, maximum=MAX_COUNT)
+        if number < 0:
+            raise self.fail(where, f"must not be negative, got {number}")
+        return number or 1  # squat: 0 (unset in Go) means the default, 1
 
     def scalar_map(self, value: object, where: str) -> Mapping[str, str]:
         if not isinstance(value, dict):
             raise self.fail(
-                where, f"expected a mapping of names to values, got {_type_name(value)}"
+                where, f"expected a mapping of names to values, got {plain_kind(value)}"
             )
         out: dict[str, str] = {}
         for key, item in value.items():
             if not isinstance(key, str) or not key:
                 raise self.fail(where, f"names must be non-empty strings, got {key!r}")
             if isinstance(item, bool) or not isinstance(item, str | int):
-                raise self.fail(f"{where}.{key}", f"expected a string, got {_type_name(item)}")
+                raise self.fail(f"{where}.{key}", f"expected a string, got {plain_kind(item)}")
             out[key] = str(item)
         return MappingProxyType(out)
 
@@ -238,7 +195,7 @@ class _Reader:
         top = self.mapping(data, "", ("devices",))
         if "devices" not in top:
             raise self.fail("devices", "missing (a list of devices to expose)")
-        items = self.list_of(top["devices"], "devices")
+        items = self.sequence(top["devices"], "devices")
         if not items:
             raise self.fail("devices", "must list at least one device")
         devices: list[DeviceSpec] = []
@@ -264,7 +221,7 @@ class _Reader:
             raise self.fail(f"{where}.name", problem)
         if "groups" not in raw:
             raise self.fail(f"{where}.groups", "missing (a list of device groups)")
-        groups = self.list_of(raw["groups"], f"{where}.groups")
+        groups = self.sequence(raw["groups"], f"{where}.groups")
         if not groups:
             raise self.fail(f"{where}.groups", "must list at least one group")
         return DeviceSpec(
@@ -281,7 +238,7 @@ class _Reader:
                 where, f"a group has one of paths, usb or udev, not {' and '.join(kinds)}"
             )
         kind = kinds[0]
-        entries = self.list_of(raw[kind], f"{where}.{kind}")
+        entries = self.sequence(raw[kind], f"{where}.{kind}")
         if not entries:
             raise self.fail(f"{where}.{kind}", "must not be empty")
         count = self.count(raw.get("count", 1), f"{where}.count")

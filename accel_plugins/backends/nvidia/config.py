@@ -54,6 +54,7 @@ from accel_plugins.backends.nvidia.allocate import (
     AllocateSettings,
 )
 from accel_plugins.backends.nvidia.slices import POLICIES, SPREAD
+from accel_plugins.configfields import Fields
 from accel_plugins.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -201,70 +202,20 @@ def _check_strategies(items: Sequence[str], make: Callable[[str], Exception]) ->
         raise make(f"a strategy is repeated in {', '.join(items)}")
 
 
-class _Reader:
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, reason: str) -> ConfigError:
-        return ConfigError(self.source, where, reason)
-
-    def mapping(self, value: object, where: str) -> Mapping[str, object]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
-        return value
-
-    def only(self, data: Mapping[str, object], where: str, known: set[str]) -> None:
-        for key in data:
-            if key not in known:
-                path = f"{where}.{key}" if where else str(key)
-                raise self.fail(path, f"unknown field (known: {', '.join(sorted(known))})")
-
-    def boolean(self, data: Mapping[str, object], key: str, where: str) -> bool | None:
-        if key not in data or data[key] is None:
-            return None
-        value = data[key]
-        if not isinstance(value, bool):
-            raise self.fail(f"{where}.{key}", f"expected true or false, got {value!r}")
-        return value
-
-    def choice(
-        self, data: Mapping[str, object], key: str, where: str, choices: Sequence[str]
-    ) -> str | None:
-        if key not in data or data[key] is None:
-            return None
-        value = data[key]
-        if value not in choices:
-            raise self.fail(f"{where}.{key}", f"{value!r} is not one of {', '.join(choices)}")
-        return str(value)
-
-    def text(self, data: Mapping[str, object], key: str, where: str) -> str | None:
-        if key not in data or data[key] is None:
-            return None
-        value = data[key]
-        if not isinstance(value, str) or not value:
-            raise self.fail(f"{where}.{key}", f"expected a non-empty string, got {value!r}")
-        return value
-
-
 def parse_config(data: object, source: str) -> FileConfig:
     """Validate a decoded config document."""
-    r = _Reader(source)
+    r = Fields(source)
     if data is None:
         raise r.fail("", "the file is empty; a config needs at least 'version: v1'")
-    top = r.mapping(data, "")
-    r.only(top, "", _TOP)
+    top = r.mapping(data, "", _TOP)
     version = top.get("version", VERSION)
     if version != VERSION:
         raise r.fail("version", f"unknown version {version!r}; this plugin reads {VERSION!r}")
-    flags = r.mapping(top.get("flags"), "flags")
-    r.only(flags, "flags", _FLAGS)
+    flags = r.mapping(top.get("flags"), "flags", _FLAGS, optional=True)
     for ignored in ("gdsEnabled", "mofedEnabled"):
         if flags.get(ignored):
             log.warning("%s: flags.%s is not supported and is ignored", source, ignored)
-    plugin = r.mapping(flags.get("plugin"), "flags.plugin")
-    r.only(plugin, "flags.plugin", _PLUGIN)
+    plugin = r.mapping(flags.get("plugin"), "flags.plugin", _PLUGIN, optional=True)
     strategies = plugin.get("deviceListStrategy")
     device_list: tuple[str, ...] | None = None
     if strategies is not None:
@@ -277,33 +228,33 @@ def parse_config(data: object, source: str) -> FileConfig:
     time_slicing, replica_policy = _parse_sharing(r, top.get("sharing"))
     return FileConfig(
         source=source,
-        mig_strategy=r.choice(flags, "migStrategy", "flags", MIG_STRATEGIES),
-        fail_on_init_error=r.boolean(flags, "failOnInitError", "flags"),
-        nvidia_driver_root=r.text(flags, "nvidiaDriverRoot", "flags"),
-        pass_device_specs=r.boolean(plugin, "passDeviceSpecs", "flags.plugin"),
+        mig_strategy=r.optional(flags, "migStrategy", "flags", r.choice, MIG_STRATEGIES),
+        fail_on_init_error=r.optional(flags, "failOnInitError", "flags", r.boolean),
+        nvidia_driver_root=r.optional(flags, "nvidiaDriverRoot", "flags", r.string, empty=False),
+        pass_device_specs=r.optional(plugin, "passDeviceSpecs", "flags.plugin", r.boolean),
         device_list_strategy=device_list,
-        device_id_strategy=r.choice(
-            plugin, "deviceIDStrategy", "flags.plugin", DEVICE_ID_STRATEGIES
+        device_id_strategy=r.optional(
+            plugin, "deviceIDStrategy", "flags.plugin", r.choice, DEVICE_ID_STRATEGIES
         ),
-        cdi_annotation_prefix=r.text(plugin, "cdiAnnotationPrefix", "flags.plugin"),
+        cdi_annotation_prefix=r.optional(
+            plugin, "cdiAnnotationPrefix", "flags.plugin", r.string, empty=False
+        ),
         time_slicing=time_slicing,
         replica_policy=replica_policy,
     )
 
 
-def _parse_sharing(r: _Reader, value: object) -> tuple[TimeSlicing, str | None]:
-    sharing = r.mapping(value, "sharing")
-    r.only(sharing, "sharing", _SHARING)
-    mps = r.mapping(sharing.get("mps"), "sharing.mps")
+def _parse_sharing(r: Fields, value: object) -> tuple[TimeSlicing, str | None]:
+    sharing = r.mapping(value, "sharing", _SHARING, optional=True)
+    mps = r.mapping(sharing.get("mps"), "sharing.mps", optional=True)
     if mps.get("resources"):
         raise r.fail("sharing.mps", "MPS sharing is not supported; use sharing.timeSlicing")
-    ts = r.mapping(sharing.get("timeSlicing"), "sharing.timeSlicing")
+    where = "sharing.timeSlicing"
+    ts = r.mapping(sharing.get("timeSlicing"), where, _TIME_SLICING, optional=True)
     if not ts:
         return TimeSlicing(), None
-    where = "sharing.timeSlicing"
-    r.only(ts, where, _TIME_SLICING)
-    replica_policy = r.choice(ts, "replicaPolicy", where, REPLICA_POLICIES)
-    rename_by_default = bool(r.boolean(ts, "renameByDefault", where))
+    replica_policy = r.optional(ts, "replicaPolicy", where, r.choice, REPLICA_POLICIES)
+    rename_by_default = bool(r.optional(ts, "renameByDefault", where, r.boolean))
     raw = ts.get("resources")
     if not isinstance(raw, list) or not raw:
         raise r.fail(f"{where}.resources", "list at least one resource to share")
@@ -312,9 +263,10 @@ def _parse_sharing(r: _Reader, value: object) -> tuple[TimeSlicing, str | None]:
         for i, item in enumerate(raw)
     )
     _check_renames(r, resources)
+    fail_over_one = r.optional(ts, "failRequestsGreaterThanOne", where, r.boolean)
     sharing_config = TimeSlicing(
         rename_by_default=rename_by_default,
-        fail_requests_greater_than_one=bool(r.boolean(ts, "failRequestsGreaterThanOne", where)),
+        fail_requests_greater_than_one=bool(fail_over_one),
         resources=resources,
     )
     return sharing_config, replica_policy
@@ -326,11 +278,10 @@ def qualify(name: str) -> str:
 
 
 def _parse_replica(
-    r: _Reader, item: object, where: str, rename_by_default: bool
+    r: Fields, item: object, where: str, rename_by_default: bool
 ) -> ReplicatedResource:
-    data = r.mapping(item, where)
-    r.only(data, where, _REPLICA)
-    raw_name = r.text(data, "name", where)
+    data = r.mapping(item, where, _REPLICA, optional=True)
+    raw_name = r.optional(data, "name", where, r.string, empty=False)
     if raw_name is None:
         raise r.fail(f"{where}.name", "name the resource to share, e.g. nvidia.com/gpu")
     name = qualify(raw_name)
@@ -343,7 +294,7 @@ def _parse_replica(
         raise r.fail(f"{where}.replicas", f"expected an integer >= 1, got {replicas!r}")
     if replicas > MAX_REPLICAS:
         raise r.fail(f"{where}.replicas", f"at most {MAX_REPLICAS}, got {replicas}")
-    rename_raw = r.text(data, "rename", where)
+    rename_raw = r.optional(data, "rename", where, r.string, empty=False)
     rename = (
         qualify(rename_raw) if rename_raw else (f"{name}.shared" if rename_by_default else name)
     )
@@ -358,7 +309,7 @@ def _parse_replica(
     )
 
 
-def _parse_devices(r: _Reader, value: object, where: str) -> ReplicaDevices:
+def _parse_devices(r: Fields, value: object, where: str) -> ReplicaDevices:
     if isinstance(value, str):
         if value != "all":
             raise r.fail(where, f"the only string accepted is 'all', got {value!r}")
@@ -382,7 +333,7 @@ def _parse_devices(r: _Reader, value: object, where: str) -> ReplicaDevices:
     return ReplicaDevices(refs=tuple(refs))
 
 
-def _check_renames(r: _Reader, resources: Sequence[ReplicatedResource]) -> None:
+def _check_renames(r: Fields, resources: Sequence[ReplicatedResource]) -> None:
     # Entries sharing one name may split its devices; they must then agree on the new name.
     by_name: dict[str, ReplicatedResource] = {}
     for res in resources:

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from accel_plugins import yamlfile
-from accel_plugins.errors import ConfigError
+from accel_plugins.configfields import Fields
 
 TOKENS = frozenset({"X", "PIX", "PXB", "PHB", "NODE", "SYS"})
 _NV = re.compile(r"^NV(\d+)$")
@@ -114,59 +114,16 @@ def default_bus_id(index: int) -> str:
     return f"{domain:04x}:{0x07 + slot * 8:02x}:00.0"
 
 
-class _Reader:
-    """Typed field access that reports the path of whatever is wrong."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, field: str, reason: str) -> ConfigError:
-        return ConfigError(self.source, field, reason)
-
-    def mapping(self, value: object, field: str) -> Mapping[str, object]:
-        if not isinstance(value, Mapping):
-            raise self.fail(field, f"expected a mapping, got {type(value).__name__}")
-        return value
-
-    def sequence(self, value: object, field: str) -> Sequence[object]:
-        if not isinstance(value, list | tuple):
-            raise self.fail(field, f"expected a list, got {type(value).__name__}")
-        return value
-
-    def integer(self, value: object, field: str, *, minimum: int = 0) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, f"expected an integer, got {value!r}")
-        if value < minimum:
-            raise self.fail(field, f"must be >= {minimum}, got {value}")
-        return value
-
-    def number(self, value: object, field: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(field, f"expected a number of seconds >= 0, got {value!r}")
-        return float(value)
-
-    def text(self, value: object, field: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(field, f"expected a non-empty string, got {value!r}")
-        return value
-
-    def boolean(self, value: object, field: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(field, f"expected true or false, got {value!r}")
-        return value
-
-    def only(self, data: Mapping[str, object], field: str, allowed: set[str]) -> None:
-        for key in data:
-            if key not in allowed:
-                where = f"{field}.{key}" if field else str(key)
-                raise self.fail(where, f"unknown field (known: {', '.join(sorted(allowed))})")
+def _seconds(r: Fields, value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise r.fail(field, f"expected a number of seconds >= 0, got {value!r}")
+    return float(value)
 
 
 def parse_profile(data: object, *, name: str, source: str) -> NodeProfile:
     """Validate a profile document and fill in derived UUIDs, bus IDs and topology."""
-    r = _Reader(source)
-    top = r.mapping(data, "")
-    r.only(top, "", {"gpus", "topology", "nvswitch", "events"})
+    r = Fields(source)
+    top = r.mapping(data, "", {"gpus", "topology", "nvswitch", "events"})
     raw_gpus = r.sequence(top.get("gpus"), "gpus")
     if not raw_gpus:
         raise r.fail("gpus", "a node needs at least one GPU")
@@ -197,29 +154,28 @@ def parse_profile(data: object, *, name: str, source: str) -> NodeProfile:
     )
 
 
-def _parse_gpu(r: _Reader, item: object, index: int, profile: str) -> SimGpu:
+def _parse_gpu(r: Fields, item: object, index: int, profile: str) -> SimGpu:
     field = f"gpus[{index}]"
-    data = r.mapping(item, field)
-    r.only(data, field, {"name", "memoryMiB", "numaNode", "uuid", "pciBusId", "mig"})
+    data = r.mapping(item, field, {"name", "memoryMiB", "numaNode", "uuid", "pciBusId", "mig"})
     numa = data.get("numaNode")
     migs: list[SimMig] = []
     if "mig" in data:
         for slot, text in enumerate(r.sequence(data["mig"], f"{field}.mig")):
             where = f"{field}.mig[{slot}]"
-            parsed = parse_mig_profile(r.text(text, where))
+            parsed = parse_mig_profile(r.string(text, where, empty=False))
             if parsed is None:
                 raise r.fail(where, f"{text!r} is not a MIG profile like 1g.10gb or 1c.3g.40gb")
             migs.append(parsed)
-    gpu_id = r.text(data.get("uuid", gpu_uuid(profile, index)), f"{field}.uuid")
+    gpu_id = r.string(data.get("uuid", gpu_uuid(profile, index)), f"{field}.uuid", empty=False)
     if not gpu_id.startswith("GPU-"):
         raise r.fail(f"{field}.uuid", f"GPU UUIDs start with 'GPU-', got {gpu_id!r}")
-    bus = r.text(data.get("pciBusId", default_bus_id(index)), f"{field}.pciBusId")
+    bus = r.string(data.get("pciBusId", default_bus_id(index)), f"{field}.pciBusId", empty=False)
     if not re.match(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$", bus):
         raise r.fail(f"{field}.pciBusId", f"{bus!r} is not a PCI address like 0000:07:00.0")
     return SimGpu(
-        name=r.text(data.get("name"), f"{field}.name"),
+        name=r.string(data.get("name"), f"{field}.name", empty=False),
         memory_mib=r.integer(data.get("memoryMiB"), f"{field}.memoryMiB", minimum=1),
-        numa_node=None if numa is None else r.integer(numa, f"{field}.numaNode"),
+        numa_node=None if numa is None else r.integer(numa, f"{field}.numaNode", minimum=0),
         uuid=gpu_id,
         pci_bus_id=_short_bus(bus),
         mig=tuple(migs),
@@ -232,7 +188,7 @@ def _short_bus(bus: str) -> str:
     return f"{int(domain, 16):04x}:{rest}"
 
 
-def _unique(r: _Reader, values: list[str], key: str) -> None:
+def _unique(r: Fields, values: list[str], key: str) -> None:
     seen: dict[str, int] = {}
     for i, value in enumerate(values):
         if value in seen:
@@ -240,7 +196,7 @@ def _unique(r: _Reader, values: list[str], key: str) -> None:
         seen[value] = i
 
 
-def _parse_topology(r: _Reader, value: object, count: int) -> tuple[tuple[str, ...], ...]:
+def _parse_topology(r: Fields, value: object, count: int) -> tuple[tuple[str, ...], ...]:
     rows = r.sequence(value, "topology")
     if len(rows) != count:
         raise r.fail("topology", f"expected {count} rows (one per GPU), got {len(rows)}")
@@ -252,7 +208,7 @@ def _parse_topology(r: _Reader, value: object, count: int) -> tuple[tuple[str, .
         tokens: list[str] = []
         for j, cell in enumerate(cells):
             where = f"topology[{i}][{j}]"
-            token = r.text(cell, where)
+            token = r.string(cell, where, empty=False)
             if token not in TOKENS and not _NV.match(token):
                 raise r.fail(where, f"{token!r} is not one of NV<n>, PIX, PXB, PHB, NODE, SYS, X")
             if (token == "X") != (i == j):
@@ -279,10 +235,9 @@ def _default_topology(gpus: Sequence[SimGpu]) -> tuple[tuple[str, ...], ...]:
     )
 
 
-def _parse_event(r: _Reader, item: object, field: str, gpus: Sequence[SimGpu]) -> SimEvent:
-    data = r.mapping(item, field)
-    r.only(data, field, {"at", "gpu", "xid", "mig", "lost", "restore"})
-    gpu = r.integer(data.get("gpu"), f"{field}.gpu")
+def _parse_event(r: Fields, item: object, field: str, gpus: Sequence[SimGpu]) -> SimEvent:
+    data = r.mapping(item, field, {"at", "gpu", "xid", "mig", "lost", "restore"})
+    gpu = r.integer(data.get("gpu"), f"{field}.gpu", minimum=0)
     if gpu >= len(gpus):
         raise r.fail(f"{field}.gpu", f"no GPU {gpu}; the node has {len(gpus)}")
     lost = r.boolean(data.get("lost", False), f"{field}.lost")
@@ -290,11 +245,11 @@ def _parse_event(r: _Reader, item: object, field: str, gpus: Sequence[SimGpu]) -
     xid = None if "xid" not in data else r.integer(data["xid"], f"{field}.xid", minimum=1)
     if (xid is not None) + lost + restore != 1:
         raise r.fail(field, "give exactly one of xid, lost: true or restore: true")
-    mig = None if "mig" not in data else r.integer(data["mig"], f"{field}.mig")
+    mig = None if "mig" not in data else r.integer(data["mig"], f"{field}.mig", minimum=0)
     if mig is not None and mig >= len(gpus[gpu].mig):
         raise r.fail(f"{field}.mig", f"GPU {gpu} has {len(gpus[gpu].mig)} MIG devices")
     return SimEvent(
-        at=r.number(data.get("at"), f"{field}.at"),
+        at=_seconds(r, data.get("at"), f"{field}.at"),
         gpu=gpu,
         xid=xid,
         mig=mig,
