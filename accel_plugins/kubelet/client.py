@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -32,6 +32,27 @@ def unix_target(socket_path: Path) -> str:
     """
     path = Path(socket_path)
     return f"unix://{path}" if path.is_absolute() else f"unix:{path}"
+
+
+def _id_list(value: object, what: str) -> list[str]:
+    """``value`` as a list of device IDs, or TypeError naming ``what``.
+
+    A bare string is refused: iterating it would send one ID per character
+    (``"gpu0"`` -> ``g, p, u, 0``), and type checkers cannot catch it because
+    a ``str`` is itself a ``Sequence[str]``.
+    """
+    if isinstance(value, str | bytes | bytearray):
+        raise TypeError(
+            f"{what} must be a list of device IDs, not the {type(value).__name__} {value!r} "
+            f"(one device: [{value!r}])"
+        )
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a list of device IDs, got {value!r}")
+    ids = list(value)
+    for item in ids:
+        if not isinstance(item, str):
+            raise TypeError(f"{what}: a device ID is a str, got {item!r}")
+    return ids
 
 
 class PluginClient:
@@ -133,8 +154,8 @@ class PluginClient:
         request = pb.PreferredAllocationRequest(
             container_requests=[
                 pb.ContainerPreferredAllocationRequest(
-                    available_deviceIDs=list(available),
-                    must_include_deviceIDs=list(must_include),
+                    available_deviceIDs=_id_list(available, "preferred(): available"),
+                    must_include_deviceIDs=_id_list(must_include, "preferred(): must_include"),
                     allocation_size=size,
                 )
             ]
@@ -151,26 +172,36 @@ class PluginClient:
         return list(msg.container_responses[0].deviceIDs)
 
     async def allocate(self, containers: Sequence[Sequence[str]]) -> list[ContainerResponse]:
-        """Allocate: one device-id list per container, one response per container."""
+        """Allocate: one device-id list per container, one response per container.
+
+        ``allocate([["gpu0", "gpu1"]])`` asks for two devices in one container;
+        a bare string where a list belongs raises TypeError before any call.
+        """
+        if isinstance(containers, str | bytes | bytearray):
+            raise TypeError(
+                "allocate() takes one list of device IDs per container, not the "
+                f"{type(containers).__name__} {containers!r} (one device: [[{containers!r}]])"
+            )
+        requests = [_id_list(ids, f"allocate(): container {i}") for i, ids in enumerate(containers)]
         request = pb.AllocateRequest(
-            container_requests=[
-                pb.ContainerAllocateRequest(devicesIDs=list(ids)) for ids in containers
-            ]
+            container_requests=[pb.ContainerAllocateRequest(devicesIDs=ids) for ids in requests]
         )
         try:
             msg = await self.stub.Allocate(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
             raise self._error("Allocate", e) from None
-        if len(msg.container_responses) != len(containers):
+        if len(msg.container_responses) != len(requests):
             raise InvalidPluginAnswerError(
-                f"Allocate on {self.socket_path}: expected {len(containers)} container "
+                f"Allocate on {self.socket_path}: expected {len(requests)} container "
                 f"response(s), got {len(msg.container_responses)}"
             )
         return [ContainerResponse.from_proto(r) for r in msg.container_responses]
 
     async def pre_start(self, device_ids: Sequence[str]) -> None:
         """PreStartContainer."""
-        request = pb.PreStartContainerRequest(devicesIDs=list(device_ids))
+        request = pb.PreStartContainerRequest(
+            devicesIDs=_id_list(device_ids, "pre_start(): device_ids")
+        )
         try:
             await self.stub.PreStartContainer(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
