@@ -18,6 +18,7 @@ import signal
 import tempfile
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -28,8 +29,8 @@ from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.kubelet import AllocationRecord, Kubelet
-from accel_plugins.metrics import instrumented_manager
-from accel_plugins.plugin.manager import ManagerSettings
+from accel_plugins.metrics import MetricsServer, instrumented_manager
+from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.podresources import PodResourcesCache
 
 DEMO_CONFIG = """\
@@ -69,6 +70,7 @@ NVIDIA_RESOURCE = "nvidia.com/gpu.shared"
 class _Printer:
     def __init__(self, out: TextIO) -> None:
         self.out = out
+        self.events = False  # echo the kubelet's events (while serving, after the walkthrough)
 
     def __call__(self, text: str = "") -> None:
         self.out.write(text + "\n")
@@ -77,6 +79,10 @@ class _Printer:
     def section(self, title: str) -> None:
         self()
         self(f"== {title} " + "=" * max(0, 66 - len(title)))
+
+    def kubelet_event(self, line: str) -> None:
+        if self.events:
+            self(f"  kubelet: {line}")
 
 
 @contextlib.contextmanager
@@ -149,145 +155,220 @@ async def run_demo(
     With ``once`` it returns after the walkthrough; otherwise it keeps serving
     and printing the kubelet's events until cancelled (Ctrl-C).
     """
-    say = _Printer(out)
-    config = parse_config(DEMO_CONFIG, "<built-in demo config>")
-    # Directly under /tmp: unix socket paths must stay under 108 bytes.
-    workdir = Path(tempfile.mkdtemp(prefix="accel-demo-", dir="/tmp"))
-    plugin_dir = workdir / "device-plugins"
-    live = False
-
-    def on_event(line: str) -> None:
-        if live:
-            say(f"  kubelet: {line}")
-
-    settings = GenericSettings(
-        dev_root=dev_root,
-        cdi_spec_dir=workdir / "cdi",
-        udev_source=UdevSource.OFF,  # path globs only; inotify covers them
-    )
-    # Each plugin with the metrics wiring of its own process, as `accel-plugins <vendor>` has.
-    pods = PodResourcesCache(workdir / "pod-resources.sock", max_age=0.0)
-    manager, generic_metrics = instrumented_manager(
-        lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir), pods
-    )
-    nvidia_settings = NvidiaSettings(
-        time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
-    )
-    nvidia, nvidia_metrics = instrumented_manager(
-        lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
-        ManagerSettings(plugin_dir=plugin_dir),
-        pods,
-    )
-    endpoints = {"generic": generic_metrics, "nvidia": nvidia_metrics}
-    kubelet = Kubelet(
-        plugin_dir, pod_resources_socket=workdir / "pod-resources.sock", on_event=on_event
-    )
-    say(
-        "accel-plugins demo: the generic /dev plugin, a simulated NVIDIA node and an "
-        "emulated kubelet, in one process"
-    )
-    say(f"  working directory   {workdir}")
-    say(f"  kubelet socket      {kubelet.socket_path}")
-    say(f"  pod resources API   {kubelet.pod_resources_socket}")
-    say(f"  built-in config (host paths; this process sees the host's /dev at {dev_root}):")
-    for line in DEMO_CONFIG.splitlines():
-        say(f"    {line}")
-    running: asyncio.Task[None] | None = None
-    nvidia_running: asyncio.Task[None] | None = None
+    demo = _Demo.set_up(_Printer(out), dev_root)
+    demo.introduce()
     with _quiet_logs():
         try:
-            await kubelet.start()
-            running = asyncio.create_task(manager.run(), name="demo manager")
-            nvidia_running = asyncio.create_task(nvidia.run(), name="demo nvidia manager")
-            names = [f"{settings.domain}/{spec.name}" for spec in config.devices]
-            for name in [*names, NVIDIA_RESOURCE]:
-                await kubelet.wait_for_resource(name, timeout=10)
-
-            say.section("Registration")
-            for reg in kubelet.registrations:
-                opts = reg.options
-                say(
-                    f"  {reg.resource_name:<28} endpoint {reg.endpoint}  "
-                    f"(API {reg.version}, preferred allocation "
-                    f"{'yes' if opts.get_preferred_allocation_available else 'no'}, "
-                    f"pre-start {'yes' if opts.pre_start_required else 'no'})"
-                )
-
-            say.section("Devices (as the kubelet sees them)")
-            for name in names:
-                view = kubelet.resources[name]
-                say(f"  {name}: {view.allocatable} allocatable of {view.capacity}")
-                tree = manager.tree.get(name, {})
-                for device_id, state in sorted(view.devices.items()):
-                    device = tree.get(device_id)
-                    paths = ", ".join(n.host_path for n in device.nodes) if device else "?"
-                    numa = ",".join(map(str, state.numa_nodes)) or "-"
-                    say(f"    {_short(device_id)}  {state.health:<9}  numa {numa:<3}  {paths}")
-
-            say.section("Allocation for pod default/demo-pod, container app")
-            for name, count in DEMO_REQUEST:
-                record = await kubelet.allocate("demo-pod", "app", name, count)
-                _print_allocation(say, record)
-            say(f"  CDI specs written to {settings.cdi_spec_dir}:")
-            for spec_file in sorted(p.name for p in (workdir / "cdi").glob("*.json")):
-                say(f"    {spec_file}")
-
-            say.section(
-                f"Simulated NVIDIA node: {NVIDIA_PROFILE}, time-sliced x{NVIDIA_REPLICAS} "
-                f"(accel-plugins nvidia --simulate {NVIDIA_PROFILE})"
-            )
-            view = kubelet.resources[NVIDIA_RESOURCE]
-            say(f"  {NVIDIA_RESOURCE}: {view.allocatable} allocatable of {view.capacity}")
-            gpus = nvidia.tree.get(NVIDIA_RESOURCE, {})
-            per_gpu: dict[tuple[int, str, str], int] = {}
-            for device in gpus.values():
-                facts = gpu_facts(device)
-                key = (facts.gpu_index, facts.name, facts.replica_of or device.id)
-                per_gpu[key] = per_gpu.get(key, 0) + 1
-            for (index, model, uuid), count in sorted(per_gpu.items()):
-                say(
-                    f"    GPU {index}  {model}  {_short(uuid)}  {count} replicas "
-                    f"({_short(uuid)}::0 .. ::{count - 1})"
-                )
-            say("  Allocation for pod default/train, container main (2 shared GPUs):")
-            _print_allocation(say, await kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2))
-
-            say.section("Metrics")
-            await pods.refresh()  # the pods above, named on the device and GPU series
-            for plugin, endpoint in endpoints.items():
-                host, port = await endpoint.start(metrics_host, 0)
-                say(
-                    f"  {plugin} plugin: Prometheus metrics at "
-                    f"http://{host}:{port}/metrics (health: /healthz); a selection:"
-                )
-                for line in await _scrape(host, port):
-                    say(f"    {line}")
-
-            if once:
-                say()
-                say("done (--once); cleaning up")
-                return 0
-            say.section("Serving")
-            say("  The plugin stays up; try, from another terminal:")
-            say(f"    accel-plugins inspect {plugin_dir / kubelet.registrations[0].endpoint}")
-            say("  kubelet events follow; Ctrl-C stops.")
-            live = True
-            await _until_signal(running)
-            say("stopping")
+            await demo.start_kubelet()
+            await demo.start_plugins()
+            demo.show_registrations()
+            demo.show_devices()
+            await demo.allocate_demo_pod()
+            demo.show_gpus()
+            await demo.allocate_gpus()
+            await demo.show_metrics(metrics_host)
+            await demo.finish(once)
             return 0
         finally:
-            live = False
-            for endpoint in endpoints.values():
-                await endpoint.stop()
-            await manager.stop()
-            await nvidia.stop()
-            for task in (running, nvidia_running):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            await kubelet.stop()
-            shutil.rmtree(workdir, ignore_errors=True)
+            await demo.tear_down()
+
+
+@dataclass
+class _Demo:
+    """What the walkthrough's steps share: the printer, the temp dir and what runs in it."""
+
+    say: _Printer
+    workdir: Path
+    generic_settings: GenericSettings
+    generic_resources: list[str]
+    """The generic plugin's resource names, in config order."""
+    generic: Manager
+    nvidia: Manager
+    pods: PodResourcesCache
+    metrics: dict[str, MetricsServer]
+    """Each plugin's metrics server, by plugin name."""
+    kubelet: Kubelet
+    generic_task: asyncio.Task[None] | None = None
+    nvidia_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def set_up(cls, say: _Printer, dev_root: Path) -> _Demo:
+        """Build both plugins and the kubelet emulator in a new temp dir; nothing runs yet."""
+        config = parse_config(DEMO_CONFIG, "<built-in demo config>")
+        # Directly under /tmp: unix socket paths must stay under 108 bytes.
+        workdir = Path(tempfile.mkdtemp(prefix="accel-demo-", dir="/tmp"))
+        plugin_dir = workdir / "device-plugins"
+        settings = GenericSettings(
+            dev_root=dev_root,
+            cdi_spec_dir=workdir / "cdi",
+            udev_source=UdevSource.OFF,  # path globs only; inotify covers them
+        )
+        # Each plugin with the metrics wiring of its own process, as `accel-plugins <vendor>` has.
+        pods = PodResourcesCache(workdir / "pod-resources.sock", max_age=0.0)
+        manager, generic_metrics = instrumented_manager(
+            lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir), pods
+        )
+        nvidia_settings = NvidiaSettings(
+            time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
+        )
+        nvidia, nvidia_metrics = instrumented_manager(
+            lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
+            ManagerSettings(plugin_dir=plugin_dir),
+            pods,
+        )
+        kubelet = Kubelet(
+            plugin_dir,
+            pod_resources_socket=workdir / "pod-resources.sock",
+            on_event=say.kubelet_event,
+        )
+        return cls(
+            say=say,
+            workdir=workdir,
+            generic_settings=settings,
+            generic_resources=[f"{settings.domain}/{spec.name}" for spec in config.devices],
+            generic=manager,
+            nvidia=nvidia,
+            pods=pods,
+            metrics={"generic": generic_metrics, "nvidia": nvidia_metrics},
+            kubelet=kubelet,
+        )
+
+    def introduce(self) -> None:
+        """Say what runs where, and print the built-in config."""
+        say, kubelet = self.say, self.kubelet
+        say(
+            "accel-plugins demo: the generic /dev plugin, a simulated NVIDIA node and an "
+            "emulated kubelet, in one process"
+        )
+        say(f"  working directory   {self.workdir}")
+        say(f"  kubelet socket      {kubelet.socket_path}")
+        say(f"  pod resources API   {kubelet.pod_resources_socket}")
+        say(
+            "  built-in config (host paths; this process sees the host's /dev at "
+            f"{self.generic_settings.dev_root}):"
+        )
+        for line in DEMO_CONFIG.splitlines():
+            say(f"    {line}")
+
+    async def start_kubelet(self) -> None:
+        """Start the kubelet emulator: its registration socket and PodResources API."""
+        await self.kubelet.start()
+
+    async def start_plugins(self) -> None:
+        """Run both plugins; wait until the kubelet has every resource's device list."""
+        self.generic_task = asyncio.create_task(self.generic.run(), name="demo manager")
+        self.nvidia_task = asyncio.create_task(self.nvidia.run(), name="demo nvidia manager")
+        for name in [*self.generic_resources, NVIDIA_RESOURCE]:
+            await self.kubelet.wait_for_resource(name, timeout=10)
+
+    def show_registrations(self) -> None:
+        """One line per plugin registration the kubelet accepted, with its options."""
+        self.say.section("Registration")
+        for reg in self.kubelet.registrations:
+            opts = reg.options
+            self.say(
+                f"  {reg.resource_name:<28} endpoint {reg.endpoint}  "
+                f"(API {reg.version}, preferred allocation "
+                f"{'yes' if opts.get_preferred_allocation_available else 'no'}, "
+                f"pre-start {'yes' if opts.pre_start_required else 'no'})"
+            )
+
+    def show_devices(self) -> None:
+        """The generic plugin's devices as the kubelet sees them: health, NUMA, host paths."""
+        say = self.say
+        say.section("Devices (as the kubelet sees them)")
+        for name in self.generic_resources:
+            view = self.kubelet.resources[name]
+            say(f"  {name}: {view.allocatable} allocatable of {view.capacity}")
+            tree = self.generic.tree.get(name, {})
+            for device_id, state in sorted(view.devices.items()):
+                device = tree.get(device_id)
+                paths = ", ".join(n.host_path for n in device.nodes) if device else "?"
+                numa = ",".join(map(str, state.numa_nodes)) or "-"
+                say(f"    {_short(device_id)}  {state.health:<9}  numa {numa:<3}  {paths}")
+
+    async def allocate_demo_pod(self) -> None:
+        """Allocate ``DEMO_REQUEST`` for one container; show the responses and CDI specs."""
+        say = self.say
+        say.section("Allocation for pod default/demo-pod, container app")
+        for name, count in DEMO_REQUEST:
+            record = await self.kubelet.allocate("demo-pod", "app", name, count)
+            _print_allocation(say, record)
+        say(f"  CDI specs written to {self.generic_settings.cdi_spec_dir}:")
+        for spec_file in sorted(p.name for p in (self.workdir / "cdi").glob("*.json")):
+            say(f"    {spec_file}")
+
+    def show_gpus(self) -> None:
+        """The simulated NVIDIA node: each GPU and how many time-sliced replicas it offers."""
+        say = self.say
+        say.section(
+            f"Simulated NVIDIA node: {NVIDIA_PROFILE}, time-sliced x{NVIDIA_REPLICAS} "
+            f"(accel-plugins nvidia --simulate {NVIDIA_PROFILE})"
+        )
+        view = self.kubelet.resources[NVIDIA_RESOURCE]
+        say(f"  {NVIDIA_RESOURCE}: {view.allocatable} allocatable of {view.capacity}")
+        gpus = self.nvidia.tree.get(NVIDIA_RESOURCE, {})
+        per_gpu: dict[tuple[int, str, str], int] = {}
+        for device in gpus.values():
+            facts = gpu_facts(device)
+            key = (facts.gpu_index, facts.name, facts.replica_of or device.id)
+            per_gpu[key] = per_gpu.get(key, 0) + 1
+        for (index, model, uuid), count in sorted(per_gpu.items()):
+            say(
+                f"    GPU {index}  {model}  {_short(uuid)}  {count} replicas "
+                f"({_short(uuid)}::0 .. ::{count - 1})"
+            )
+
+    async def allocate_gpus(self) -> None:
+        """Allocate two shared GPUs for one container and show the response."""
+        self.say("  Allocation for pod default/train, container main (2 shared GPUs):")
+        record = await self.kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2)
+        _print_allocation(self.say, record)
+
+    async def show_metrics(self, host: str) -> None:
+        """Start each plugin's metrics server on ``host`` and print a selection of a scrape."""
+        self.say.section("Metrics")
+        await self.pods.refresh()  # the pods above, named on the device and GPU series
+        for plugin, endpoint in self.metrics.items():
+            bound, port = await endpoint.start(host, 0)
+            self.say(
+                f"  {plugin} plugin: Prometheus metrics at "
+                f"http://{bound}:{port}/metrics (health: /healthz); a selection:"
+            )
+            for line in await _scrape(bound, port):
+                self.say(f"    {line}")
+
+    async def finish(self, once: bool) -> None:
+        """With ``once``, say goodbye; else keep serving, echoing kubelet events, until a signal."""
+        say = self.say
+        if once:
+            say()
+            say("done (--once); cleaning up")
+            return
+        assert self.generic_task is not None  # start_plugins ran
+        say.section("Serving")
+        say("  The plugin stays up; try, from another terminal:")
+        endpoint = self.kubelet.plugin_dir / self.kubelet.registrations[0].endpoint
+        say(f"    accel-plugins inspect {endpoint}")
+        say("  kubelet events follow; Ctrl-C stops.")
+        say.events = True
+        await _until_signal(self.generic_task)
+        say("stopping")
+
+    async def tear_down(self) -> None:
+        """Stop metrics servers, plugins and the kubelet; remove the temp dir."""
+        self.say.events = False
+        for endpoint in self.metrics.values():
+            await endpoint.stop()
+        await self.generic.stop()
+        await self.nvidia.stop()
+        for task in (self.generic_task, self.nvidia_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.kubelet.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 async def _until_signal(task: asyncio.Task[None]) -> None:
