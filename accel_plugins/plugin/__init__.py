@@ -21,6 +21,7 @@ from accel_plugins.plugin.allocation import (
     check_preferred_request,
     natural_key,
     prefer_fewest_numa_nodes,
+    spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import (
     Allocator,
@@ -28,6 +29,7 @@ from accel_plugins.plugin.backend import (
     Holders,
     MetricsProvider,
     PodRef,
+    PreferenceScope,
     PreferredAllocator,
     PreStarter,
     Publish,
@@ -66,8 +68,8 @@ __all__ = [
     "DeviceNode",
     "DeviceTree",
     "Health",
-    "HookError",
     "Holders",
+    "HookError",
     "InUse",
     "InvalidSnapshotError",
     "MetricsProvider",
@@ -75,10 +77,12 @@ __all__ = [
     "Option",
     "PodRef",
     "PreStarter",
+    "PreferenceScope",
     "PreferredAllocator",
     "Publish",
     "check_preferred_request",
     "natural_key",
     "prefer_fewest_numa_nodes",
+    "spans_numa_nodes",
     "tree",
 ]

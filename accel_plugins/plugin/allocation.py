@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from accel_plugins.errors import AllocationError
@@ -235,3 +235,15 @@ def _take_from_groups(
         rest.remove(members)
         picked += members[:missing]
     return picked
+
+
+def spans_numa_nodes(devices: Collection[Device]) -> bool:
+    """True when the devices sit on at least two distinct NUMA nodes."""
+    first: int | None = None
+    for device in devices:
+        for node in device.numa_nodes:
+            if first is None:
+                first = node
+            elif node != first:
+                return True
+    return False

@@ -7,7 +7,7 @@ derives DevicePluginOptions from which of them the backend implements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -59,6 +59,20 @@ class PreferredAllocator(Protocol):
         Raise AllocationError for a request that cannot be met.
         """
         ...
+
+
+@runtime_checkable
+class PreferenceScope(Protocol):
+    """Says per resource whether its PreferredAllocator can choose better than any pick.
+
+    A resource without anything to prefer (one GPU, devices all alike on one
+    NUMA node) is registered without GetPreferredAllocation, which saves the
+    kubelet a round trip per pod. Called on the event loop for every snapshot
+    of the resource: keep it cheap. Without this capability a PreferredAllocator
+    is asked for every resource.
+    """
+
+    def has_preference(self, resource: str, devices: Collection[Device]) -> bool: ...
 
 
 @runtime_checkable

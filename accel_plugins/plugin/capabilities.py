@@ -3,9 +3,20 @@ and the deadline the framework gives each hook call."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from accel_plugins.plugin.backend import Allocator, PreferredAllocator, PreStarter
+from accel_plugins.plugin.allocation import spans_numa_nodes
+from accel_plugins.plugin.backend import (
+    Allocator,
+    PreferenceScope,
+    PreferredAllocator,
+    PreStarter,
+)
+from accel_plugins.plugin.device import Device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +24,7 @@ class Capabilities:
     allocator: Allocator | None = None
     preferred: PreferredAllocator | None = None
     pre_starter: PreStarter | None = None
+    scope: PreferenceScope | None = None
     hook_timeout: float = 10.0
 
     @classmethod
@@ -21,6 +33,7 @@ class Capabilities:
             allocator=backend if isinstance(backend, Allocator) else None,
             preferred=backend if isinstance(backend, PreferredAllocator) else None,
             pre_starter=backend if isinstance(backend, PreStarter) else None,
+            scope=backend if isinstance(backend, PreferenceScope) else None,
             hook_timeout=hook_timeout,
         )
 
@@ -28,8 +41,19 @@ class Capabilities:
     def pre_start_required(self) -> bool:
         return self.pre_starter is not None
 
-    @property
-    def get_preferred_allocation_available(self) -> bool:
-        # Always offered: without a backend policy the framework's NUMA-aware
-        # default answers, which beats the kubelet's arbitrary pick.
-        return True
+    def prefers(self, resource: str, devices: Collection[Device]) -> bool:
+        """Whether GetPreferredAllocation can do better than the kubelet's own pick.
+
+        The backend says so through PreferenceScope; a PreferredAllocator without
+        it is always asked; otherwise the framework's NUMA policy has something
+        to choose only when the devices span two NUMA nodes or more.
+        """
+        if self.scope is not None:
+            try:
+                return bool(self.scope.has_preference(resource, devices))
+            except Exception:
+                log.exception("resource %s: has_preference failed; advertising it", resource)
+                return True
+        if self.preferred is not None:
+            return True
+        return spans_numa_nodes(devices)

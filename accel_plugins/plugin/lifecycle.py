@@ -19,7 +19,7 @@ from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff, register
 from accel_plugins.plugin.server import PluginServer
-from accel_plugins.plugin.servicer import DevicePluginServicer, plugin_options
+from accel_plugins.plugin.servicer import DevicePluginServicer
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +95,18 @@ class ResourcePlugin:
         await self.serve()
         self.register()
 
-    def update(self, devices: Mapping[str, Device]) -> None:
+    def update(self, devices: Mapping[str, Device]) -> bool:
+        """Take a new device list; True when the kubelet must hear new options."""
         self.devices = devices
-        if self._server is not None:
-            self._server.servicer.update(devices)
+        if self._server is None:
+            return False
+        servicer = self._server.servicer
+        return servicer.update(devices) and servicer.refresh_options()
 
     def set_capabilities(self, capabilities: Capabilities) -> bool:
         """Swap the backend hooks; True when the kubelet must hear new options."""
-        changed = self._server is not None and (
-            self._server.servicer.options() != plugin_options(capabilities)
-        )
         self.capabilities = capabilities
-        if self._server is not None:
-            self._server.servicer.capabilities = capabilities
-        return changed
+        return self._server is not None and self._server.servicer.set_capabilities(capabilities)
 
     async def problem(self, timeout: float) -> str | None:
         """None while registered with the running kubelet and answering; else what is wrong."""

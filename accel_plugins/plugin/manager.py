@@ -289,8 +289,10 @@ class Manager:
             if plugin is not None:
                 # By content: a backend that republishes an equal list (a rescan
                 # that found nothing new) sends the kubelet nothing.
-                if plugin.devices is not devices and plugin.devices != devices:
-                    plugin.update(devices)
+                changed = plugin.devices is not devices and plugin.devices != devices
+                # The kubelet reads options only when a plugin registers.
+                if changed and plugin.update(devices):
+                    await plugin.restart(RestartReason.OPTIONS_CHANGED)
                 continue
             plugin = ResourcePlugin(
                 resource,

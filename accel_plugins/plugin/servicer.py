@@ -41,13 +41,6 @@ _T = TypeVar("_T")
 _AnyContext = grpc.aio.ServicerContext[Any, Any]
 
 
-def plugin_options(capabilities: Capabilities) -> pb.DevicePluginOptions:
-    return pb.DevicePluginOptions(
-        pre_start_required=capabilities.pre_start_required,
-        get_preferred_allocation_available=capabilities.get_preferred_allocation_available,
-    )
-
-
 class _HookFailedError(Exception):
     """A backend hook failed; carries the status for the caller to count, then abort with."""
 
@@ -78,6 +71,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         self._closed = False
         self.open_streams = 0
         self.update(devices or {})
+        self._prefers = capabilities.prefers(resource, self._devices.values())
 
     # -- state ---------------------------------------------------------------
 
@@ -86,7 +80,28 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return self._devices
 
     def options(self) -> pb.DevicePluginOptions:
-        return plugin_options(self.capabilities)
+        return pb.DevicePluginOptions(
+            pre_start_required=self.capabilities.pre_start_required,
+            get_preferred_allocation_available=self._prefers,
+        )
+
+    def refresh_options(self) -> bool:
+        """Re-derive the options after a device change; True when the kubelet must hear them.
+
+        GetPreferredAllocation, once advertised, stays advertised: a device
+        leaving should not cost a re-registration, and answering it is harmless.
+        """
+        if self._prefers:
+            return False
+        self._prefers = self.capabilities.prefers(self.resource, self._devices.values())
+        return self._prefers
+
+    def set_capabilities(self, capabilities: Capabilities) -> bool:
+        """Take a new backend's hooks; True when the options changed."""
+        before = self.options()
+        self.capabilities = capabilities
+        self._prefers = capabilities.prefers(self.resource, self._devices.values())
+        return self.options() != before
 
     def update(self, devices: Mapping[str, Device]) -> bool:
         """Take a new device list; returns False when it was too large to send."""

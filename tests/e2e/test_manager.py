@@ -29,7 +29,8 @@ async def test_registers_with_the_kubelet(kubelet: Kubelet, start_manager: Start
     assert registration.resource_name == WIDGET
     assert registration.endpoint == "accel-example.com_widget.sock"
     assert (kubelet.plugin_dir / registration.endpoint).is_socket()
-    assert registration.options.get_preferred_allocation_available
+    # Both widgets on NUMA node 0 and no backend policy: nothing to prefer.
+    assert not registration.options.get_preferred_allocation_available
     assert not registration.options.pre_start_required
     assert view.healthy == ["w0", "w1"]
     assert {i: d.numa_nodes for i, d in view.devices.items()} == {"w0": (0,), "w1": (0,)}

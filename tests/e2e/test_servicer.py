@@ -45,7 +45,7 @@ async def test_socket_is_private(serve_plugin: ServePlugin) -> None:
 @pytest.mark.parametrize(
     ("capabilities", "pre_start", "preferred"),
     [
-        pytest.param(Capabilities(), False, True, id="default"),
+        pytest.param(Capabilities(), False, False, id="default, one NUMA node"),
         pytest.param(Capabilities.of(HookedBackend()), True, True, id="all-hooks"),
     ],
 )
@@ -224,7 +224,7 @@ async def test_bad_requests_get_status_codes(
     assert message in (caught.value.details() or "")
     assert "example.com/widget" in (caught.value.details() or "")
     # ...and the server keeps serving.
-    assert (await served.stub.GetDevicePluginOptions(pb.Empty())).get_preferred_allocation_available
+    assert (await served.stub.GetDevicePluginOptions(pb.Empty())).pre_start_required is False
 
 
 async def test_preferred_allocation_default_policy(serve_plugin: ServePlugin) -> None:

@@ -11,11 +11,12 @@ import accel_plugins.plugin as api
 # What a backend touches, by the guide's sections: devices, hooks, command, errors, policies.
 EXPECTED = {
     "Backend", "Publish", "Device", "DeviceNode", "Mount", "Health", "DeviceTree", "tree",
-    "ContainerAllocation", "Allocator", "PreferredAllocator", "PreStarter", "MetricsProvider",
+    "ContainerAllocation", "Allocator", "PreferredAllocator", "PreStarter", "PreferenceScope",
+    "MetricsProvider",
     "Holders", "PodRef", "BackendCommand", "BackendContext", "BackendFactory", "Option", "InUse",
     "ENTRY_POINT_GROUP", "AccelPluginsError", "AllocationError", "BackendError", "ConfigError",
     "HookError", "InvalidSnapshotError", "check_preferred_request", "natural_key",
-    "prefer_fewest_numa_nodes",
+    "prefer_fewest_numa_nodes", "spans_numa_nodes",
 }  # fmt: skip
 
 

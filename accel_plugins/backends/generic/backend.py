@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,11 @@ from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
-from accel_plugins.plugin.allocation import natural_key, prefer_fewest_numa_nodes
+from accel_plugins.plugin.allocation import (
+    natural_key,
+    prefer_fewest_numa_nodes,
+    spans_numa_nodes,
+)
 from accel_plugins.plugin.backend import Publish
 from accel_plugins.plugin.device import Device, DeviceTree
 
@@ -149,6 +153,18 @@ class GenericBackend:
         return prefer_fewest_numa_nodes(
             available, must_include, size, group_of=_config_group, order=_units_first
         )
+
+    def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
+        """Something to choose: two NUMA nodes, two config groups, or replicas of a unit."""
+        if spans_numa_nodes(devices):
+            return True
+        groups: set[int] = set()
+        for device in devices:
+            facts = device.facts_as(UnitFacts)
+            if facts.replica > 0:
+                return True
+            groups.add(facts.group)
+        return len(groups) > 1
 
     def rescan(self) -> None:
         """Scan again now (when running), as if a device event had arrived."""
