@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# One image per vendor: docker build --target nvidia|generic (hack/build-images does both).
+# One image per vendor: docker build --target nvidia|generic (hack/build-images does both);
+# each installs the wheel with its own extra only (accel-plugins[nvidia] or [generic]).
 #
 # BASE_IMAGE is pinned by exact tag (Debian 12 with CPython 3.11, the version pyproject.toml
 # targets). Pin it by digest where your registry is reachable:
@@ -19,17 +20,28 @@ RUN --mount=type=secret,id=ca-cert \
  && python3 -m venv /opt/build \
  && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-# --- install: the wheel and its dependencies into a venv that the runtime stages copy ---
+# --- install: the wheel with one vendor's extra (its library) into a venv the image copies ---
 FROM ${BASE_IMAGE} AS venv
 COPY --from=wheel /wheels /wheels
+RUN python3 -m venv /opt/accel-plugins
+
+FROM venv AS venv-nvidia
 RUN --mount=type=secret,id=ca-cert \
     if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
- && python3 -m venv /opt/accel-plugins \
- && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile /wheels/*.whl \
+ && set -- /wheels/*.whl \
+ && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[nvidia]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
 
-# --- runtime: shared by both vendors ---
+FROM venv AS venv-generic
+RUN --mount=type=secret,id=ca-cert \
+    if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
+ && set -- /wheels/*.whl \
+ && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[generic]" \
+ && /opt/accel-plugins/bin/pip uninstall --yes pip \
+ && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
+
+# --- runtime: shared by both vendors (each adds its own venv) ---
 FROM ${BASE_IMAGE} AS runtime
 ARG VERSION=0.0.0
 ARG REVISION=unknown
@@ -40,7 +52,6 @@ LABEL org.opencontainers.image.title="accel-plugins" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/accel-plugins/accel-plugins" \
       org.opencontainers.image.vendor="accel-plugins"
-COPY --from=venv /opt/accel-plugins /opt/accel-plugins
 ENV PATH=/opt/accel-plugins/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
@@ -55,6 +66,7 @@ EXPOSE 9478
 FROM runtime AS nvidia
 LABEL org.opencontainers.image.title="accel-plugins-nvidia" \
       org.opencontainers.image.description="accel-plugins nvidia: nvidia.com/gpu and MIG devices through NVML"
+COPY --from=venv-nvidia /opt/accel-plugins /opt/accel-plugins
 # Asks the NVIDIA container runtime to inject the driver's NVML library and device nodes.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
@@ -68,4 +80,5 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends libudev1=252.* \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+COPY --from=venv-generic /opt/accel-plugins /opt/accel-plugins
 ENTRYPOINT ["accel-plugins", "generic"]

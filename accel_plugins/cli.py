@@ -1,7 +1,13 @@
 """The `accel-plugins` command: one entry point, a subcommand per job.
 
-Vendor modules are imported only for their own subcommand, so a running
-plugin pays the memory of one backend, not all of them.
+Backends come from installed packages: every entry point in the group
+``accel_plugins.backends`` names a :class:`~accel_plugins.plugin.BackendCommand`
+and becomes ``accel-plugins <name>`` with the common flags and its own options
+(``nvidia`` and ``generic`` are registered the same way, in pyproject.toml).
+Only the command being run is loaded, every one for ``--help`` (their modules
+are cheap), and grpc, prometheus_client and the vendor libraries are imported
+on the run path only: ``--help`` and ``--version`` stay fast, and a running
+plugin pays the memory of one backend.
 """
 
 from __future__ import annotations
@@ -10,49 +16,159 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import importlib
+import importlib.util
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 # gRPC core prints an INFO line for every connection the kubelet drops (each
 # kubelet restart); operators want warnings and errors only. This must run
-# before grpc is first imported, which the project imports below do.
+# before grpc is first imported (on the run path, below).
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 from accel_plugins import __version__
 from accel_plugins.errors import AccelPluginsError, ConfigError
-from accel_plugins.flags import add_flag
+from accel_plugins.flags import add_flag, parse_bool
 from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, setup_logging
-from accel_plugins.metrics import DEFAULT_METRICS_ADDRESS, instrumented_manager, parse_address
-from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR, ManagerSettings
-from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET, PodResourcesCache
+from accel_plugins.plugin.command import ENTRY_POINT_GROUP, BackendCommand, BackendContext, Option
+
+if TYPE_CHECKING:
+    from accel_plugins.plugin.backend import Backend
+    from accel_plugins.plugin.manager import ManagerSettings
+    from accel_plugins.plugin.podresources import PodResourcesCache
 
 log = logging.getLogger("accel_plugins")
 
-VENDORS = {
-    "generic": "accel_plugins.backends.generic.cli",
-    "nvidia": "accel_plugins.backends.nvidia.cli",
-}
-SUBCOMMANDS = ("generic", "nvidia", "demo", "inspect", "kubelet")
+BUILTINS = ("demo", "inspect", "kubelet")
 EXIT_CONFIG = 2
 
+# The modules that define these import grpc or prometheus_client; their
+# equality is a test (tests/unit/test_cli_backends.py).
+DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_METRICS_ADDRESS = ":9478"
 
-class VendorCli(Protocol):
-    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+# Where the common flags land in the parsed arguments: a backend option may not take these.
+COMMON_DESTS = frozenset(
+    {
+        "command",
+        "help",
+        "plugin_dir",
+        "kubelet_socket",
+        "metrics_address",
+        "pod_resources_socket",
+        "log_format",
+        "log_level",
+    }
+)
 
-    def backend_factory(self, args: argparse.Namespace) -> Callable[[], Backend]: ...
+
+@dataclass(frozen=True, slots=True)
+class InstalledBackend:
+    """An entry point of the backends group: loaded (``command``), broken (``problem``) or not
+    loaded yet (neither)."""
+
+    name: str
+    entry_point: EntryPoint
+    command: BackendCommand | None = None
+    problem: str = ""
+
+    @property
+    def origin(self) -> str:
+        """``module:attr (distribution version)``, for messages."""
+        dist = self.entry_point.dist
+        where = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+        return f"{self.entry_point.value} ({where})"
 
 
-def _vendor(name: str) -> VendorCli:
-    module: VendorCli = importlib.import_module(VENDORS[name])
-    return module
+def _warn(message: str) -> None:
+    print(f"accel-plugins: warning: {message}", file=sys.stderr)
+
+
+def installed_backends(
+    load: Callable[[str], bool] = lambda name: True,
+) -> dict[str, InstalledBackend]:
+    """The backends installed, by name in name order; those ``load`` picks are loaded.
+
+    An entry point named like a built-in command (demo, inspect, kubelet) is
+    skipped with a warning, as is a second one of a name already taken (the
+    first on sys.path wins).
+    """
+    found: dict[str, InstalledBackend] = {}
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        backend = InstalledBackend(entry_point.name, entry_point)
+        if entry_point.name in BUILTINS:
+            _warn(
+                f"backend {entry_point.name!r} from {backend.origin} is skipped: "
+                f"{entry_point.name} is a built-in command"
+            )
+        elif entry_point.name in found:
+            if found[entry_point.name].entry_point.value != entry_point.value:
+                _warn(
+                    f"backend {entry_point.name!r} from {backend.origin} is skipped: "
+                    f"{found[entry_point.name].origin} has that name"
+                )
+        else:
+            found[entry_point.name] = _load(backend) if load(entry_point.name) else backend
+    return found
+
+
+def _load(backend: InstalledBackend) -> InstalledBackend:
+    value = backend.entry_point.value
+    try:
+        command = backend.entry_point.load()
+    except Exception as exc:  # a third party's module may fail in any way
+        return replace(backend, problem=f"cannot load {value}: {type(exc).__name__}: {exc}")
+    if not isinstance(command, BackendCommand):
+        kind = type(command).__name__
+        return replace(backend, problem=f"{value} is a {kind}, not a BackendCommand")
+    taken = sorted(option.flag for option in command.options if option.dest in COMMON_DESTS)
+    if taken:
+        return replace(backend, problem=f"options {', '.join(taken)} clash with common flags")
+    return replace(backend, command=command)
+
+
+def _converter(option: Option) -> Callable[[str], Any]:
+    """``option.type``, a function's ValueError message shown (argparse hides it).
+
+    Classes (int, float, Path, enums) keep argparse's own "invalid int value"
+    message; parse_bool is kept as is, add_flag recognises it (bare flag).
+    """
+    convert = option.type
+    if isinstance(convert, type) or convert is parse_bool:
+        return convert
+
+    def converted(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc) or f"invalid value {text!r}") from exc
+
+    converted.__name__ = getattr(convert, "__name__", "value")
+    return converted
+
+
+def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> None:
+    """Add a backend's options to ``parser``, each with its environment twins, as the CLI does."""
+    for option in options:
+        add_flag(
+            parser,
+            option.flag,
+            default=option.default,
+            help=option.help,
+            type=_converter(option),
+            env=option.env,
+            choices=option.choices or None,
+            metavar=option.metavar,
+        )
 
 
 def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
@@ -97,32 +213,55 @@ def _add_metrics_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _chosen(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the top level takes no option with a value)."""
     for arg in argv:
         if not arg.startswith("-"):
-            return arg if arg in SUBCOMMANDS else None
+            return arg
     return None
 
 
-def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+def _wanted(argv: Sequence[str]) -> Callable[[str], bool]:
+    """Which backends to load: the one being run, or all for the command list of --help."""
+    chosen = _chosen(argv)
+    if chosen is not None:
+        return lambda name: name == chosen
+    if "--version" in argv and not {"-h", "--help"} & set(argv):
+        return lambda name: False
+    return lambda name: True
+
+
+def _add_backend(sub: Any, backend: InstalledBackend) -> None:
+    command = backend.command
+    if command is None:
+        # Listed when it failed to load (main exits 2 with the reason before parsing).
+        kwargs = {"help": f"unavailable: {backend.problem}"} if backend.problem else {}
+        sub.add_parser(backend.name, **kwargs)
+        return
+    p = sub.add_parser(backend.name, help=command.summary, description=command.summary)
+    _add_kubelet_flags(p)
+    _add_metrics_flag(p)
+    _add_pod_resources_flag(p)
+    _add_logging_flags(p)
+    add_options(p, command.options)
+
+
+def build_parser(
+    argv: Sequence[str], backends: dict[str, InstalledBackend] | None = None
+) -> argparse.ArgumentParser:
+    """The whole command line; ``backends`` defaults to the installed ones ``argv`` needs."""
+    if backends is None:
+        backends = installed_backends(_wanted(argv))
     parser = argparse.ArgumentParser(
         prog="accel-plugins",
         description="Kubernetes device plugins for GPUs and /dev hardware.",
+        epilog=f"Backends are the entry points of installed packages in the group "
+        f"{ENTRY_POINT_GROUP}. 'accel-plugins COMMAND --help' shows a command's flags, "
+        "each with its ACCEL_PLUGINS_<FLAG> environment twin.",
     )
     parser.add_argument("--version", action="version", version=f"accel-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    chosen = _chosen(argv)
-
-    for vendor, summary in (
-        ("generic", "expose /dev nodes (udev, path globs) as extended resources"),
-        ("nvidia", "expose NVIDIA GPUs and MIG devices through NVML"),
-    ):
-        p = sub.add_parser(vendor, help=summary, description=summary)
-        _add_kubelet_flags(p)
-        _add_metrics_flag(p)
-        _add_pod_resources_flag(p)
-        _add_logging_flags(p)
-        if chosen == vendor:
-            _vendor(vendor).add_arguments(p)
+    for backend in backends.values():
+        _add_backend(sub, backend)
 
     p = sub.add_parser("demo", help="walk through a plugin and an emulated kubelet, no GPU needed")
     p.add_argument("--once", action="store_true", help="exit after the walkthrough")
@@ -159,8 +298,13 @@ async def serve(
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
 
     Metrics go into a registry of this call's own; ``pod_resources`` names the
-    pods holding each device on the device and GPU series.
+    pods holding each device on the device and GPU series. This is what
+    ``accel-plugins <backend>`` runs after ``build``; a backend of your own
+    becomes a command through an entry point (see the module docstring), not
+    by calling this.
     """
+    from accel_plugins.metrics import instrumented_manager
+
     manager, metrics = instrumented_manager(factory, settings, pod_resources)
     if pod_resources is not None:
         pod_resources.touch()  # the first scrape then has pods to name
@@ -192,13 +336,51 @@ async def serve(
     return 0
 
 
-def _run_vendor(name: str, args: argparse.Namespace) -> int:
+def _missing(modules: Iterable[str]) -> list[str]:
+    absent = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package that fails, or a bad name
+            found = False
+        if not found:
+            absent.append(module)
+    return absent
+
+
+def _not_installed(name: str, command: BackendCommand, missing: Sequence[str]) -> int:
+    which = "which is" if len(missing) == 1 else "which are"
+    print(
+        f"accel-plugins: backend {name} needs {', '.join(missing)}, {which} not installed: "
+        f"{command.install_hint()}",
+        file=sys.stderr,
+    )
+    return EXIT_CONFIG
+
+
+def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -> int:
+    missing = _missing(command.requires)
+    if missing:
+        return _not_installed(name, command, missing)
+    from accel_plugins.metrics import parse_address
+    from accel_plugins.plugin.manager import ManagerSettings
+    from accel_plugins.plugin.podresources import PodResourcesCache
+
     metrics_address = parse_address(args.metrics_address)
-    # Backends learn which devices pods hold through args.in_use (they never
+    # Backends learn which devices pods hold through ctx.in_use (they never
     # speak gRPC themselves); None answers mean "unknown right now".
     pod_resources = PodResourcesCache(args.pod_resources_socket)
-    args.in_use = pod_resources.in_use
-    factory = _vendor(name).backend_factory(args)  # validates config before any socket work
+    ctx = BackendContext(
+        options=MappingProxyType({o.dest: getattr(args, o.dest) for o in command.options}),
+        in_use=pod_resources.in_use,
+        environ=MappingProxyType(dict(os.environ)),
+    )
+    try:
+        factory = command.build(ctx)  # validates config before any socket work
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.partition(".")[0] in command.requires:
+            return _not_installed(name, command, [exc.name])
+        raise
     settings = ManagerSettings(plugin_dir=args.plugin_dir, kubelet_socket=args.kubelet_socket)
     return asyncio.run(serve(factory, settings, metrics_address, pod_resources))
 
@@ -243,29 +425,48 @@ def _run_kubelet(args: argparse.Namespace) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from accel_plugins.demo import run_demo
-
+    try:
+        from accel_plugins.demo import run_demo
+    except ModuleNotFoundError as exc:  # the demo runs both vendors' backends
+        if exc.name not in ("pynvml", "pyudev"):
+            raise
+        print(
+            f"accel-plugins: demo needs {exc.name}, which is not installed: "
+            "pip install 'accel-plugins[all]'",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
     return asyncio.run(run_demo(once=args.once, out=sys.stdout))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(argv).parse_args(argv)
+    backends = installed_backends(_wanted(argv))
+    chosen = backends.get(_chosen(argv) or "")
+    if chosen is not None and chosen.problem:
+        print(
+            f"accel-plugins: backend {chosen.name} is unavailable: {chosen.problem}",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    args = build_parser(argv, backends).parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     runners: dict[str, Callable[[argparse.Namespace], int]] = {
         "inspect": _run_inspect,
         "kubelet": _run_kubelet,
         "demo": _run_demo,
     }
+    prefix = f"accel-plugins {args.command}"
     try:
-        if args.command in VENDORS:
-            return _run_vendor(args.command, args)
+        command = backends[args.command].command if args.command in backends else None
+        if command is not None:
+            return _run_backend(args.command, command, args)
         return runners[args.command](args)
     except ConfigError as exc:
-        print(f"accel-plugins: configuration error: {exc}", file=sys.stderr)
+        print(f"{prefix}: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except AccelPluginsError as exc:
-        print(f"accel-plugins: error: {exc}", file=sys.stderr)
+        print(f"{prefix}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

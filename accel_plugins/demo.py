@@ -25,8 +25,8 @@ from typing import TextIO
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.backends.nvidia.cli import simulated_backend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
+from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import MetricsServer, instrumented_manager

@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.backends.nvidia.cli import simulated_backend
+from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manager
 from accel_plugins.plugin.backend import Backend, Publish

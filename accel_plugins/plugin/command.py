@@ -15,15 +15,20 @@ the pip extra to install rather than a traceback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from accel_plugins.flags import env_name
+
 if TYPE_CHECKING:
     from accel_plugins.plugin.backend import Backend
 
 ENTRY_POINT_GROUP = "accel_plugins.backends"
+
+_FLAG_RE = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
 InUse = Callable[[str], Collection[str] | None]
 """resource -> IDs of the devices pods hold now, or None when the kubelet cannot say."""
@@ -35,7 +40,10 @@ class Option:
 
     Its value is read from the command line, else from ``ACCEL_PLUGINS_<FLAG>``,
     else from the extra ``env`` names (vendor spellings such as ``MIG_STRATEGY``),
-    else ``default``. ``type`` converts the text (raise ValueError to refuse it).
+    else ``default``. ``type`` converts the text (raise ValueError to refuse it;
+    its message is shown); :func:`accel_plugins.flags.parse_bool` makes a
+    boolean flag that also works bare (``--pass-device-specs``). ``choices``
+    are compared with the converted value.
     """
 
     flag: str
@@ -47,13 +55,18 @@ class Option:
     metavar: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.flag.startswith("--") or len(self.flag) < 3:
-            raise ValueError(f"option {self.flag!r}: flags are spelled --name")
+        if not _FLAG_RE.fullmatch(self.flag):
+            raise ValueError(f"option {self.flag!r}: flags are spelled --lower-case-name")
 
     @property
     def dest(self) -> str:
         """The key of this option in :attr:`BackendContext.options` (``--dev-root`` → dev_root)."""
         return self.flag[2:].replace("-", "_")
+
+    @property
+    def env_names(self) -> tuple[str, ...]:
+        """The variables read when the flag is absent, first set wins: ours, then ``env``."""
+        return (env_name(self.flag), *self.env)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +103,14 @@ class BackendCommand:
     extra: str = ""
     install: str = ""
 
+    def __post_init__(self) -> None:
+        dests = [option.dest for option in self.options]
+        twice = sorted({dest for dest in dests if dests.count(dest) > 1})
+        if twice:
+            raise ValueError(f"options given twice: {', '.join(twice)}")
+
     def install_hint(self) -> str:
+        """The command that installs what ``requires`` names."""
         if self.install:
             return self.install
         if self.extra:

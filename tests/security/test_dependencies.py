@@ -1,8 +1,11 @@
 """Runtime dependencies are pinned to ranges: a tested lower bound and the next major as a cap.
 
+``pip install accel-plugins`` is the framework alone; each vendor library
+comes with its backend's extra (``[nvidia]``, ``[generic]``, both in ``[all]``).
 The lower bounds are the oldest releases the suite was run against (see the
 comment in pyproject.toml); the installed versions, which CI tests, must sit
-inside the ranges.
+inside the ranges. Each part of the package imports only what its install
+brings: the framework its base dependencies, a backend also its extra.
 """
 
 from __future__ import annotations
@@ -18,15 +21,41 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+PACKAGE = PYPROJECT.parent / "accel_plugins"
+
+with PYPROJECT.open("rb") as _handle:
+    PROJECT = tomllib.load(_handle)["project"]
+
+# The extras that install a backend's library, and the package each one serves.
+VENDOR_EXTRAS = {"nvidia": "backends/nvidia", "generic": "backends/generic"}
+# Parts of the package that may import more than the base: the backends and the pytest plugin.
+AREAS = {**VENDOR_EXTRAS, "testing": "testing"}
+
+# Top-level module -> the distribution that provides it.
+PROVIDES = {
+    "grpc": "grpcio",
+    "google": "protobuf",
+    "yaml": "pyyaml",
+    "prometheus_client": "prometheus-client",
+    "pyudev": "pyudev",
+    "pynvml": "nvidia-ml-py",
+    "pytest": "pytest",
+    "pytest_asyncio": "pytest-asyncio",
+}
 
 
-def runtime_requirements() -> list[Requirement]:
-    with PYPROJECT.open("rb") as handle:
-        project = tomllib.load(handle)["project"]
-    return [Requirement(line) for line in project["dependencies"]]
+def _requirements(lines: list[str]) -> list[Requirement]:
+    return [Requirement(line) for line in lines]
 
 
-REQUIREMENTS = runtime_requirements()
+def _names(requirements: list[Requirement]) -> set[str]:
+    return {r.name.lower().replace("_", "-") for r in requirements}
+
+
+BASE = _requirements(PROJECT["dependencies"])
+EXTRAS = {name: _requirements(lines) for name, lines in PROJECT["optional-dependencies"].items()}
+# What the plugin images run with: the base and the vendor extras.
+REQUIREMENTS = BASE + [r for extra in VENDOR_EXTRAS for r in EXTRAS[extra]]
 
 
 @pytest.mark.parametrize("requirement", REQUIREMENTS, ids=[r.name for r in REQUIREMENTS])
@@ -49,27 +78,43 @@ def test_the_installed_version_is_in_range(requirement: Requirement) -> None:
     )
 
 
-def test_every_import_of_the_package_is_declared() -> None:
-    """Third-party modules the package imports all come from a declared dependency."""
-    declared = {r.name.lower().replace("_", "-") for r in REQUIREMENTS}
-    provides = {
-        "grpc": "grpcio",
-        "google": "protobuf",
-        "yaml": "pyyaml",
-        "prometheus_client": "prometheus-client",
-        "pyudev": "pyudev",
-        "pynvml": "nvidia-ml-py",
-    }
-    assert set(provides.values()) == declared
-    imported = _third_party_imports()
-    assert imported <= set(provides), f"undeclared: {sorted(imported - set(provides))}"
+def test_the_base_is_the_framework_alone() -> None:
+    """No vendor library in ``pip install accel-plugins``; each one in its extra."""
+    assert _names(BASE) == {"grpcio", "protobuf", "pyyaml", "prometheus-client"}
+    assert _names(EXTRAS["nvidia"]) == {"nvidia-ml-py"}
+    assert _names(EXTRAS["generic"]) == {"pyudev"}
 
 
-def _third_party_imports() -> set[str]:
-    package = PYPROJECT.parent / "accel_plugins"
+@pytest.mark.parametrize("extra", ["all", "dev"])
+def test_all_and_dev_pull_every_backend(extra: str) -> None:
+    """``[all]`` is both vendors; ``[dev]`` (what the tests install) includes ``[all]``."""
+    wanted = set(VENDOR_EXTRAS) if extra == "all" else {"all"}
+    pulled = {name for r in EXTRAS[extra] if r.name == PROJECT["name"] for name in r.extras}
+    assert pulled == wanted
+
+
+@pytest.mark.parametrize("area", ["", *AREAS], ids=["framework", *AREAS])
+def test_every_import_is_declared_where_it_is_used(area: str) -> None:
+    """Each part imports only third-party modules its install brings (base, plus its extra)."""
+    allowed = _names(BASE) | (_names(EXTRAS.get(area, [])) if area else set())
+    imported = _third_party_imports(area)
+    unknown = imported - set(PROVIDES)
+    assert not unknown, f"no distribution known for {sorted(unknown)}: add it to PROVIDES"
+    undeclared = {m for m in imported if PROVIDES[m] not in allowed}
+    assert not undeclared, f"{area or 'framework'} imports {sorted(undeclared)}, not declared"
+
+
+def _in_area(path: Path, area: str) -> bool:
+    relative = path.relative_to(PACKAGE).as_posix()
+    if area:
+        return relative.startswith(AREAS[area] + "/")
+    return not any(relative.startswith(prefix + "/") for prefix in AREAS.values())
+
+
+def _third_party_imports(area: str) -> set[str]:
     found: set[str] = set()
-    for path in package.rglob("*.py"):
-        if "api" in path.relative_to(package).parts:
+    for path in PACKAGE.rglob("*.py"):
+        if "api" in path.relative_to(PACKAGE).parts or not _in_area(path, area):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):

@@ -1,4 +1,4 @@
-"""`accel-plugins generic` flags, env twins and the backend factory."""
+"""`accel-plugins generic` flags, env twins and the backend factory (COMMAND.build)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,36 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from accel_plugins.backends.generic import cli
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+from accel_plugins.backends.generic.command import COMMAND
+from accel_plugins.backends.generic.factory import settings_from_options
 from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.cli import add_options
 from accel_plugins.errors import ConfigError
+from accel_plugins.plugin.command import BackendContext, BackendFactory
 from tests.generic_fixtures import REPO, WriteConfig
 
 GOOD = "devices: [{name: kvm, groups: [{paths: [{path: /dev/kvm}]}]}]\n"
 
 
-def parse(*argv: str) -> argparse.Namespace:
+def parse(*argv: str) -> dict[str, Any]:
+    """The option values ``accel-plugins generic ARGV`` gives COMMAND.build."""
     parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
-    return parser.parse_args(argv)
+    add_options(parser, COMMAND.options)
+    return vars(parser.parse_args(argv))
+
+
+def build(*argv: str) -> BackendFactory:
+    return COMMAND.build(BackendContext(options=parse(*argv)))
 
 
 def test_defaults() -> None:
     args = parse("--config", "c.yaml")
-    assert cli.settings_from_args(args) == GenericSettings(
+    assert settings_from_options(args) == GenericSettings(
         domain="accel-plugins.io",
         dev_root=Path("/dev"),
         sys_root=Path("/sys"),
@@ -51,8 +60,8 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = parse()
-    assert args.config == "/etc/accel/generic.yaml"
-    assert cli.settings_from_args(args) == GenericSettings(
+    assert args["config"] == "/etc/accel/generic.yaml"
+    assert settings_from_options(args) == GenericSettings(
         domain="squat.ai",
         dev_root=Path("/host/dev"),
         sys_root=Path("/host/sys"),
@@ -62,7 +71,7 @@ def test_every_flag_has_an_environment_twin(monkeypatch: pytest.MonkeyPatch) -> 
         vanished_grace=60.0,
     )
     # The command line wins over the environment.
-    assert cli.settings_from_args(parse("--domain", "example.com")).domain == "example.com"
+    assert settings_from_options(parse("--domain", "example.com")).domain == "example.com"
 
 
 BAD_FLAGS = [
@@ -87,13 +96,13 @@ BAD_FLAGS = [
 @pytest.mark.parametrize(("argv", "message"), BAD_FLAGS)
 def test_bad_flags(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        cli.settings_from_args(parse("--config", "c.yaml", *argv))
+        settings_from_options(parse("--config", "c.yaml", *argv))
     assert str(caught.value).startswith(message)
 
 
 def test_config_is_required() -> None:
     with pytest.raises(ConfigError) as caught:
-        cli.backend_factory(parse())
+        build()
     assert str(caught.value) == (
         "--config: required: the devices to expose (or set ACCEL_PLUGINS_CONFIG)"
     )
@@ -102,7 +111,7 @@ def test_config_is_required() -> None:
 def test_a_bad_config_fails_before_any_backend_exists(write_config: WriteConfig) -> None:
     path = write_config("devices: [{name: kvm, groups: [{paths: [{path: kvm}]}]}]\n")
     with pytest.raises(ConfigError) as caught:
-        cli.backend_factory(parse("--config", str(path)))
+        build("--config", str(path))
     assert str(caught.value) == (
         f"{path}: devices[0].groups[0].paths[0].path: 'kvm' is not an absolute path"
     )
@@ -110,7 +119,7 @@ def test_a_bad_config_fails_before_any_backend_exists(write_config: WriteConfig)
 
 def test_the_factory_rereads_the_file_on_each_call(write_config: WriteConfig) -> None:
     path = write_config(GOOD)
-    factory = cli.backend_factory(parse("--config", str(path)))
+    factory = build("--config", str(path))
     first = factory()
     assert isinstance(first, GenericBackend)
     assert first.resources == ["accel-plugins.io/kvm"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.backends.nvidia.backend import IdleBackend, NvidiaBackend, create_backend
-from accel_plugins.backends.nvidia.cli import add_arguments, backend_factory, simulated_backend
+from accel_plugins.backends.nvidia.command import COMMAND
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     ReplicaDevices,
@@ -17,11 +17,14 @@ from accel_plugins.backends.nvidia.config import (
     share_all,
 )
 from accel_plugins.backends.nvidia.errors import NvmlInitError
+from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.resources import MigStrategyError
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.cli import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Allocator, Backend
+from accel_plugins.plugin.command import BackendContext
 from tests.nvidia_fixtures import RunNvidia, profile, settings
 
 
@@ -77,17 +80,18 @@ def test_the_check_leaves_nvml_shut_down() -> None:
     assert (nvml.init_calls, nvml.shutdown_calls) == (1, 1)
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> BackendContext:
+    """What ``accel-plugins nvidia ARGV`` hands COMMAND.build, in an empty environment."""
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return parser.parse_args(argv)
+    add_options(parser, COMMAND.options)
+    return BackendContext(options=vars(parser.parse_args(argv)))
 
 
 async def test_cli_factory_serves_a_simulated_node(
     run_nvidia: RunNvidia, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CONFIG_FILE", raising=False)
-    factory = backend_factory(parse(["--simulate", "dgx-h100"]), environ={})
+    factory = COMMAND.build(parse(["--simulate", "dgx-h100"]))
     recorder = await run_nvidia(factory())
     gpus = list(recorder.latest["nvidia.com/gpu"].values())
     assert len(gpus) == 8
@@ -99,9 +103,7 @@ async def test_cli_factory_rereads_the_config_on_each_call(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("version: v1\n")
-    factory = backend_factory(
-        parse(["--simulate", "pcie-4gpu", "--config", str(config)]), environ={}
-    )
+    factory = COMMAND.build(parse(["--simulate", "pcie-4gpu", "--config", str(config)]))
     first = await run_nvidia(factory())
     assert len(first.latest["nvidia.com/gpu"]) == 4
     config.write_text(
@@ -119,12 +121,10 @@ def test_cli_factory_maps_an_init_failure_per_flag(
     for name in ("CONFIG_FILE", "FAIL_ON_INIT_ERROR", "ACCEL_PLUGINS_FAIL_ON_INIT_ERROR"):
         monkeypatch.delenv(name, raising=False)
     missing = str(tmp_path / "libnvidia-ml.so.1")
-    strict = backend_factory(parse(["--nvml-library", missing]), environ={})
+    strict = COMMAND.build(parse(["--nvml-library", missing]))
     with pytest.raises(NvmlInitError, match="could not be loaded"):
         strict()
-    lenient = backend_factory(
-        parse(["--nvml-library", missing, "--fail-on-init-error=false"]), environ={}
-    )
+    lenient = COMMAND.build(parse(["--nvml-library", missing, "--fail-on-init-error=false"]))
     assert isinstance(lenient(), IdleBackend)
 
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia.cli import add_arguments, backend_factory, load_settings
+from accel_plugins.backends.nvidia.command import COMMAND
 from accel_plugins.backends.nvidia.config import (
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,
     load_config_file,
 )
+from accel_plugins.backends.nvidia.factory import load_settings
+from accel_plugins.cli import add_options
 from accel_plugins.errors import ConfigError
+from accel_plugins.plugin.command import BackendContext
 
 # Shaped after the examples in NVIDIA's plugin documentation.
 DOC_FLAGS = """
@@ -246,10 +250,11 @@ def test_unreadable_and_broken_files(tmp_path: Path) -> None:
         load_config_file(write(tmp_path, "flags: [\n"))
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> dict[str, Any]:
+    """The option values ``accel-plugins nvidia ARGV`` gives COMMAND.build."""
     parser = argparse.ArgumentParser(prog="accel-plugins nvidia", exit_on_error=False)
-    add_arguments(parser)
-    return parser.parse_args(argv)
+    add_options(parser, COMMAND.options)
+    return vars(parser.parse_args(argv))
 
 
 FILE_SAYS = """
@@ -400,7 +405,9 @@ def test_backend_factory_validates_the_file_eagerly(
     monkeypatch.delenv("MIG_STRATEGY", raising=False)
     path = write(tmp_path, "version: v1\nflags: {migStrategy: double}\n")
     with pytest.raises(ConfigError) as caught:
-        backend_factory(parse(["--config", str(path), "--simulate", "pcie-4gpu"]))
+        COMMAND.build(
+            BackendContext(options=parse(["--config", str(path), "--simulate", "pcie-4gpu"]))
+        )
     assert str(caught.value) == (
         f"{path}: flags.migStrategy: 'double' is not one of none, single, mixed"
     )
@@ -409,4 +416,4 @@ def test_backend_factory_validates_the_file_eagerly(
 def test_backend_factory_refuses_an_unknown_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONFIG_FILE", raising=False)
     with pytest.raises(ConfigError, match="neither a built-in profile"):
-        backend_factory(parse(["--simulate", "dgx-b900"]))
+        COMMAND.build(BackendContext(options=parse(["--simulate", "dgx-b900"])))

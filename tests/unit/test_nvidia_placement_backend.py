@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.cli import add_arguments, load_settings
+from accel_plugins.backends.nvidia.command import COMMAND
 from accel_plugins.backends.nvidia.config import (
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,
     share_all,
 )
+from accel_plugins.backends.nvidia.factory import load_settings
 from accel_plugins.backends.nvidia.facts import gpu_facts
+from accel_plugins.cli import add_options
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.backend import PreferredAllocator
 from accel_plugins.plugin.device import Device
@@ -173,10 +175,11 @@ def test_devices_without_gpu_facts_use_the_numa_default() -> None:
 # -- where the replica policy is set ---------------------------------------------------------
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> dict[str, Any]:
+    """The option values ``accel-plugins nvidia ARGV`` gives COMMAND.build."""
     parser = argparse.ArgumentParser(prog="accel-plugins nvidia", exit_on_error=False)
-    add_arguments(parser)
-    return parser.parse_args(argv)
+    add_options(parser, COMMAND.options)
+    return vars(parser.parse_args(argv))
 
 
 def config_file(tmp_path: Path, policy: str | None) -> Path:

@@ -1,0 +1,90 @@
+"""``accel-plugins generic``: the entry point (group ``accel_plugins.backends``).
+
+Cheap to import: ``accel-plugins --help`` loads it to list the backend. pyudev,
+YAML and the backend itself are imported inside :func:`build`. The defaults
+below mirror constants of the heavy modules (backend.py, health.py,
+monitor.py); tests/unit/test_cli_backends.py keeps them equal.
+
+Every flag has an environment twin (``--dev-root`` / ``ACCEL_PLUGINS_DEV_ROOT``).
+The default domain is ``accel-plugins.io``; pass ``--domain squat.ai`` to keep
+the resource names of squat's generic-device-plugin when replacing it.
+"""
+
+from __future__ import annotations
+
+from accel_plugins.backends.generic.names import DEFAULT_DOMAIN
+from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
+
+UDEV_SOURCES = ("auto", "udev", "kernel", "off")
+DEFAULT_RESCAN_INTERVAL = 5.0
+DEFAULT_VANISHED_GRACE = 300.0
+
+OPTIONS = (
+    Option(
+        "--config",
+        "YAML file listing the devices to expose (squat's format plus udev matchers); required",
+        metavar="FILE",
+    ),
+    Option(
+        "--domain",
+        "domain of the resource names (<domain>/<name>); squat's plugin uses squat.ai",
+        default=DEFAULT_DOMAIN,
+    ),
+    Option(
+        "--dev-root",
+        "where this process sees the host's /dev (config and specs keep host paths)",
+        default="/dev",
+        metavar="DIR",
+    ),
+    Option(
+        "--sys-root",
+        "where this process sees the host's /sys (USB IDs, NUMA nodes)",
+        default="/sys",
+        metavar="DIR",
+    ),
+    Option(
+        "--cdi-spec-dir",
+        "write a CDI spec per resource here and name CDI devices in Allocate responses "
+        "(e.g. /var/run/cdi); empty disables CDI",
+        default="",
+        metavar="DIR",
+    ),
+    Option(
+        "--udev-source",
+        "uevents to follow: udev (needs udevd), kernel (containers without udevd), "
+        "auto (udev when /run/udev/control exists), off",
+        default="auto",
+        choices=UDEV_SOURCES,
+    ),
+    Option(
+        "--rescan-interval",
+        "full rescan period behind the udev and inotify events",
+        default=DEFAULT_RESCAN_INTERVAL,
+        type=float,
+        metavar="SECONDS",
+    ),
+    Option(
+        "--vanished-grace",
+        "how long a device whose nodes vanished stays listed as Unhealthy "
+        "(a pod may still hold it) before it is dropped",
+        default=DEFAULT_VANISHED_GRACE,
+        type=float,
+        metavar="SECONDS",
+    ),
+)
+
+
+def build(ctx: BackendContext) -> BackendFactory:
+    """Validate flags and the config file now; the factory re-reads the file (SIGHUP)."""
+    from accel_plugins.backends.generic.factory import backend_factory
+
+    return backend_factory(ctx.options, ctx.in_use)
+
+
+COMMAND = BackendCommand(
+    summary="expose /dev nodes (udev, path globs) as extended resources",
+    build=build,
+    options=OPTIONS,
+    requires=("pyudev",),
+    extra="generic",
+)
