@@ -13,7 +13,7 @@ random sets of free GPUs (seeded).
   node; goal: the slowest call <= 50 ms (max, not p99).
 - 16 GPUs with pairs of four different NVLink widths (less symmetry),
   informational.
-- The brute-force reference (tests/placement_reference.py) on the 8-GPU
+- The brute-force reference (tests/best_effort_reference.py) on the 8-GPU
   requests, informational, for comparison.
 """
 
@@ -41,12 +41,12 @@ from accel_plugins.backends.nvidia.allocate import generated_mig_minors  # noqa:
 from accel_plugins.backends.nvidia.backend import NvidiaBackend  # noqa: E402
 from accel_plugins.backends.nvidia.config import NvidiaSettings  # noqa: E402
 from accel_plugins.backends.nvidia.facts import gpu_facts  # noqa: E402
-from accel_plugins.backends.nvidia.placement import link_score  # noqa: E402
+from accel_plugins.backends.nvidia.pair_score import link_score  # noqa: E402
 from accel_plugins.backends.nvidia.profile import parse_profile  # noqa: E402
 from accel_plugins.backends.nvidia.profiles import load_profile  # noqa: E402
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml  # noqa: E402
 from accel_plugins.plugin.device import Device  # noqa: E402
-from tests.placement_reference import best_effort  # noqa: E402
+from tests.best_effort_reference import best_effort  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 GOAL_8_MS = 1.0
@@ -62,7 +62,7 @@ def sixteen(nvlinks: Callable[[int], int]) -> dict[str, Any]:
         if i == j:
             return "X"
         if i // 2 == j // 2:
-            return f"NV{nvlinks(i // 2)}"
+            return f"NV{nvlinks(i // 2)}+PIX"
         if i // 4 == j // 4:
             return "PIX"
         return "NODE" if i // 8 == j // 8 else "SYS"
@@ -126,15 +126,17 @@ def timed_calls(
 
 
 def brute_force_ms(asks: Sequence[Request], budget_s: float) -> list[float]:
-    topology = load_profile("pcie-8gpu-nvlink-pairs").topology
+    node = load_profile("pcie-8gpu-nvlink-pairs")
     weights = [
-        [0 if i == j else link_score(t) for j, t in enumerate(r)] for i, r in enumerate(topology)
+        [0 if i == j else link_score(t) for j, t in enumerate(r)]
+        for i, r in enumerate(node.topology)
     ]
+    numa = [g.numa_node for g in node.gpus]
     samples = []
     deadline = time.perf_counter() + budget_s
     for free, must, size in asks:
         start = time.perf_counter()
-        best_effort(weights, free, must, size)
+        best_effort(weights, free, must, size, numa)
         samples.append((time.perf_counter() - start) * 1000)
         if time.perf_counter() > deadline:
             break

@@ -13,9 +13,8 @@ import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.nvml import Pynvml, session
+from accel_plugins.backends.nvidia.pair_score import parse_link
 from accel_plugins.backends.nvidia.resources import build_resources
-
-TOKEN = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS)$")
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +40,10 @@ def test_link_matrix_is_square_symmetric_with_x_on_the_diagonal(node: Node) -> N
     assert all(len(row) == n for row in rows)
     for i in range(n):
         for j in range(n):
-            assert TOKEN.match(rows[i][j]), rows[i][j]
+            # A pair token: direct NVLinks and the PCIe relation (both known on real GPUs).
+            link = parse_link(rows[i][j])
             assert (rows[i][j] == "X") == (i == j)
+            assert i == j or (link is not None and link.pcie is not None), rows[i][j]
             assert rows[i][j] == rows[j][i]
 
 

@@ -10,7 +10,9 @@
  *   gpu <uuid> <minor> <MiB> <busId> <numa|na> <mig 0|1> <name...>
  *   mig <gpu> <slot> <uuid> <gi> <ci> <giSlices> <ciSlices> <MiB>
  *   topo <gpuA> <gpuB> <level>                    symmetric
- *   link <gpu> <remoteBusId>                      one active NVLink
+ *   link <gpu> <remoteBusId> [down]               the GPU's next NVLink slot: active, or
+ *                                                 inactive with "down"; remote "-": a slot
+ *                                                 that answers NOT_SUPPORTED
  *   event <gpu> <xid> <gi|-1> <ci|-1>             queued for nvmlEventSetWait
  *   lostevent                                     a wait that fails with GPU_IS_LOST
  *   lost <gpu>                                    every call on this GPU fails
@@ -72,6 +74,7 @@ struct fake_gpu {
     int lost;
     int links;
     char remote[MAX_LINKS][32];
+    int down[MAX_LINKS];
     unsigned topo[MAX_GPUS];
     struct reading telemetry[T_KEYS];
 };
@@ -169,10 +172,13 @@ static void load_table(void) {
                 gpus[a].topo[b] = gpus[b].topo[a] = level;
         } else if (!strcmp(kind, "link")) {
             int gpu;
-            char remote[32];
-            sscanf(rest, "%d %31s", &gpu, remote);
-            if (gpu >= 0 && gpu < MAX_GPUS && gpus[gpu].links < MAX_LINKS)
-                strcpy(gpus[gpu].remote[gpus[gpu].links++], remote);
+            char remote[32], state[16] = "";
+            sscanf(rest, "%d %31s %15s", &gpu, remote, state);
+            if (gpu >= 0 && gpu < MAX_GPUS && gpus[gpu].links < MAX_LINKS) {
+                struct fake_gpu *g = &gpus[gpu];
+                g->down[g->links] = !strcmp(state, "down");
+                strcpy(g->remote[g->links++], remote);
+            }
         } else if (!strcmp(kind, "event") && event_count < MAX_EVENTS) {
             struct fake_event *e = &events[event_count++];
             int gi, ci;
@@ -426,7 +432,8 @@ int nvmlDeviceGetNvLinkState(struct fake_device *d, unsigned link, unsigned *act
     if (rc) return rc;
     if (gpus[d->gpu].links == 0) return E_NOT_SUPPORTED;
     if (link >= (unsigned)gpus[d->gpu].links) return E_INVALID_ARGUMENT;
-    *active = 1;
+    if (!strcmp(gpus[d->gpu].remote[link], "-")) return E_NOT_SUPPORTED;
+    *active = !gpus[d->gpu].down[link];
     return OK;
 }
 
@@ -434,6 +441,7 @@ int nvmlDeviceGetNvLinkRemotePciInfo_v2(struct fake_device *d, unsigned link, pc
     int rc = check(d);
     if (rc) return rc;
     if (link >= (unsigned)gpus[d->gpu].links) return E_INVALID_ARGUMENT;
+    if (!strcmp(gpus[d->gpu].remote[link], "-")) return E_NOT_SUPPORTED;
     memset(info, 0, sizeof *info);
     snprintf(info->busId, sizeof info->busId, "%s", gpus[d->gpu].remote[link]);
     return OK;

@@ -95,7 +95,7 @@ async def test_cli_factory_serves_a_simulated_node(
     recorder = await run_nvidia(factory())
     gpus = list(recorder.latest["nvidia.com/gpu"].values())
     assert len(gpus) == 8
-    assert gpu_facts(gpus[0]).links == ("X", *["NV18"] * 7)
+    assert gpu_facts(gpus[0]).links == ("X", *["NODE"] * 3, *["SYS"] * 4)  # NVSwitch links
 
 
 async def test_cli_factory_rereads_the_config_on_each_call(

@@ -29,7 +29,7 @@ def discovered(spec: str | dict[str, Any]) -> Node:
             "dgx-a100",
             8,
             "NVIDIA A100-SXM4-80GB",
-            ["X"] + ["NV12"] * 7,
+            ["X"] + ["NODE"] * 3 + ["SYS"] * 4,  # NVSwitch links are no GPU-to-GPU links
             [0] * 4 + [1] * 4,
             id="dgx-a100",
         ),
@@ -37,7 +37,7 @@ def discovered(spec: str | dict[str, Any]) -> Node:
             "dgx-h100",
             8,
             "NVIDIA H100 80GB HBM3",
-            ["X"] + ["NV18"] * 7,
+            ["X"] + ["NODE"] * 3 + ["SYS"] * 4,
             [0] * 4 + [1] * 4,
             id="dgx-h100",
         ),
@@ -45,7 +45,7 @@ def discovered(spec: str | dict[str, Any]) -> Node:
             "pcie-8gpu-nvlink-pairs",
             8,
             "NVIDIA H100 NVL",
-            ["X", "NV12", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"],
+            ["X", "NV12+PIX", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"],
             [0] * 4 + [1] * 4,
             id="pcie-8gpu-nvlink-pairs",
         ),
@@ -61,7 +61,7 @@ def discovered(spec: str | dict[str, Any]) -> Node:
             "a100-mig",
             4,
             "NVIDIA A100-SXM4-40GB",
-            ["X", "NV4", "NV4", "NV4"],
+            ["X", "NV4+NODE", "NV4+SYS", "NV4+SYS"],  # bare NV4: the relation from NUMA
             [0, 0, 1, 1],
             id="a100-mig",
         ),
@@ -89,7 +89,7 @@ def test_topology_matrix_is_symmetric_on_pairs_profile() -> None:
     node = discovered("pcie-8gpu-nvlink-pairs")
     matrix = [g.links for g in node.gpus]
     assert all(matrix[i][j] == matrix[j][i] for i in range(8) for j in range(8))
-    assert (matrix[2][3], matrix[4][6], matrix[3][4]) == ("NV12", "PIX", "SYS")
+    assert (matrix[2][3], matrix[4][6], matrix[3][4]) == ("NV12+PIX", "PIX", "SYS")
 
 
 def test_a100_mig_profile_has_mixed_mig_layout() -> None:
@@ -119,8 +119,8 @@ gpus:
     numaNode: 1
     uuid: GPU-11111111-2222-3333-4444-555555555555
 topology:
-  - [X, NV12, PXB, SYS]
-  - [NV12, X, SYS, PXB]
+  - [X, NV12+PIX, PXB, SYS]
+  - [NV12+PIX, X, SYS, PXB]
   - [PXB, SYS, X, NV12]
   - [SYS, PXB, NV12, X]
 events:
@@ -138,15 +138,61 @@ def test_yaml_profile_from_the_readme(tmp_path: Path) -> None:
     with session(nvml):
         node = discover(nvml)
     assert [g.links for g in node.gpus] == [
-        ("X", "NV12", "PXB", "SYS"),
-        ("NV12", "X", "SYS", "PXB"),
-        ("PXB", "SYS", "X", "NV12"),
-        ("SYS", "PXB", "NV12", "X"),
+        ("X", "NV12+PIX", "PXB", "SYS"),
+        ("NV12+PIX", "X", "SYS", "PXB"),
+        ("PXB", "SYS", "X", "NV12+NODE"),  # a bare NV12 on one NUMA node: NODE
+        ("SYS", "PXB", "NV12+NODE", "X"),
     ]
     assert [m.profile for m in node.gpus[0].migs] == ["1g.10gb", "1g.10gb", "3g.40gb"]
     assert node.gpus[3].uuid == "GPU-11111111-2222-3333-4444-555555555555"
     assert node.gpus[0].pci_bus_id == "0000:07:00.0"
     assert node.gpus[1].memory_mib == 81920
+
+
+def test_pair_tokens_state_both_facts_and_the_simulated_nvml_answers_them() -> None:
+    # NVIDIA's two facts per pair, as NVML reports them: the common ancestor and the
+    # remote PCI device of each NVLink.
+    spec = {
+        "gpus": [_gpu(numaNode=0), _gpu(numaNode=0), _gpu(numaNode=1)],
+        "topology": [
+            ["X", "NV1+BOARD", "NV2"],
+            ["NV1+BOARD", "X", "PHB"],
+            ["NV2", "PHB", "X"],
+        ],
+    }
+    nvml = SimulatedNvml(profile(spec))
+    with session(nvml):
+        handles = [nvml.device_handle(i) for i in range(3)]
+        levels = [nvml.topology_level(handles[0], h) for h in handles[1:]]
+        remotes = [nvml.nvlink_remotes(h) for h in handles]
+        node = discover(nvml)
+    assert levels == [0, 50]  # BOARD is NVML's TOPOLOGY_INTERNAL; a bare NV2 across NUMA: SYS
+    buses = [g.pci_bus_id for g in node.gpus]
+    assert remotes == [[buses[1], buses[2], buses[2]], [buses[0]], [buses[0], buses[0]]]
+    assert [g.links for g in node.gpus] == [
+        ("X", "NV1+BOARD", "NV2+SYS"),
+        ("NV1+BOARD", "X", "PHB"),
+        ("NV2+SYS", "PHB", "X"),
+    ]
+
+
+def test_nvswitch_profiles_may_state_the_pcie_relation() -> None:
+    spec = {
+        "gpus": [_gpu(numaNode=0) for _ in range(3)],
+        "nvswitch": True,
+        "topology": [
+            ["X", "NV12+PXB", "NV12"],
+            ["NV12+PXB", "X", "NV12"],
+            ["NV12", "NV12", "X"],
+        ],
+    }
+    node = discovered(spec)
+    # Every link ends on an NVSwitch: no pair has a direct NVLink.
+    assert [g.links for g in node.gpus] == [
+        ("X", "PXB", "NODE"),
+        ("PXB", "X", "NODE"),
+        ("NODE", "NODE", "X"),
+    ]
 
 
 def test_profile_without_topology_uses_numa() -> None:
@@ -199,8 +245,38 @@ def _gpu(**extra: Any) -> dict[str, Any]:
         pytest.param(
             {"gpus": [_gpu(), _gpu()], "topology": [["X", "FAST"], ["FAST", "X"]]},
             "topology[0][1]",
-            "is not one of",
+            "is not X or a pair token",
             id="bad-token",
+        ),
+        pytest.param(
+            {"gpus": [_gpu(), _gpu()], "topology": [["X", "NV0+PIX"], ["NV0+PIX", "X"]]},
+            "topology[0][1]",
+            "is not X or a pair token",
+            id="bad-token-nv0",
+        ),
+        pytest.param(
+            {"gpus": [_gpu(), _gpu()], "topology": [["X", "NV2+FAST"], ["NV2+FAST", "X"]]},
+            "topology[0][1]",
+            "is not X or a pair token",
+            id="bad-token-relation",
+        ),
+        pytest.param(
+            {"gpus": [_gpu(), _gpu()], "topology": [["X", "PIX+NV2"], ["PIX+NV2", "X"]]},
+            "topology[0][1]",
+            "is not X or a pair token",
+            id="bad-token-order",
+        ),
+        pytest.param(
+            {"gpus": [_gpu(), _gpu()], "topology": [["X", "NV2PIX"], ["NV2PIX", "X"]]},
+            "topology[0][1]",
+            "is not X or a pair token",
+            id="bad-token-no-plus",
+        ),
+        pytest.param(
+            {"gpus": [_gpu(), _gpu()], "topology": [["X", "?"], ["?", "X"]]},
+            "topology[0][1]",
+            "is not X or a pair token",
+            id="bad-token-unknown",
         ),
         pytest.param(
             {"gpus": [_gpu(), _gpu()], "topology": [["PIX", "X"], ["X", "PIX"]]},

@@ -49,7 +49,7 @@ def test_discovery_reads_every_field(fake_nvml: FakeNvml) -> None:
             pci_bus_id="0000:07:00.0",
             numa_node=0,
             mig_enabled=False,
-            links=("X", "NV4"),
+            links=("X", "NV4+SYS"),
             peers=(0, 1),
         ),
         Gpu(
@@ -65,7 +65,7 @@ def test_discovery_reads_every_field(fake_nvml: FakeNvml) -> None:
                 MigDevice(MIG10, "1:0", "3g.40gb", 2, 0, 40192),
                 MigDevice(MIG11, "1:1", "1g.10gb", 9, 0, 9728),
             ),
-            links=("NV4", "X"),
+            links=("NV4+SYS", "X"),
             peers=(0, 1),
         ),
     )
@@ -87,14 +87,16 @@ def test_init_and_shutdown_are_paired(fake_nvml: FakeNvml) -> None:
 @pytest.mark.parametrize(
     ("level", "token"),
     [
+        pytest.param(0, "BOARD", id="same-board"),
         pytest.param(10, "PIX", id="single-switch"),
         pytest.param(20, "PXB", id="multiple-switches"),
         pytest.param(30, "PHB", id="host-bridge"),
         pytest.param(40, "NODE", id="numa-node"),
         pytest.param(50, "SYS", id="system"),
+        pytest.param(60, "?", id="unknown-level"),
     ],
 )
-def test_pcie_levels_become_nvidia_smi_tokens(fake_nvml: FakeNvml, level: int, token: str) -> None:
+def test_pcie_levels_become_pcie_relations(fake_nvml: FakeNvml, level: int, token: str) -> None:
     fake_nvml.write(*TWO_GPUS[:2], f"topo 0 1 {level}")
     nvml = fake_nvml.adapter()
     with session(nvml):
@@ -102,23 +104,45 @@ def test_pcie_levels_become_nvidia_smi_tokens(fake_nvml: FakeNvml, level: int, t
     assert [g.links for g in node.gpus] == [("X", token), (token, "X")]
 
 
-def test_nvswitch_links_count_for_every_pair(fake_nvml: FakeNvml) -> None:
+def test_nvswitch_links_count_nothing_and_direct_links_count_once(fake_nvml: FakeNvml) -> None:
     gpus = [
         f"gpu GPU-0000000{i}-0000-0000-0000-000000000000 {i} 1 0000000{i}:01:00.0 0 0 G"
         for i in range(3)
     ]
     switch = [f"link {i} 00000000:F{s}:00.0" for i in range(3) for s in range(6)]
     fake_nvml.write(
-        *gpus, *switch, "link 0 00000002:01:00.0"
-    )  # a direct 0-2 link, seen from one end
+        *gpus,
+        *switch,
+        "link 0 00000002:01:00.0",  # a direct 0-2 link, seen from one end only
+        "topo 0 1 40",
+        "topo 0 2 10",
+        "topo 1 2 50",
+    )
     nvml = fake_nvml.adapter()
     with session(nvml):
         node = discover(nvml)
     assert [g.links for g in node.gpus] == [
-        ("X", "NV6", "NV7"),
-        ("NV6", "X", "NV6"),
-        ("NV7", "NV6", "X"),
+        ("X", "NODE", "NV1+PIX"),
+        ("NODE", "X", "SYS"),
+        ("NV1+PIX", "SYS", "X"),
     ]
+
+
+def test_every_link_slot_is_read_and_inactive_ones_are_skipped(fake_nvml: FakeNvml) -> None:
+    fake_nvml.write(
+        *TWO_GPUS[:2],
+        "topo 0 1 10",
+        f"link 0 {BUS1}",
+        "link 0 -",  # a slot that answers NOT_SUPPORTED: later slots still count
+        f"link 0 {BUS1} down",  # inactive: no link
+        f"link 0 {BUS1}",
+        f"link 1 {BUS0}",
+    )
+    nvml = fake_nvml.adapter()
+    with session(nvml):
+        assert nvml.nvlink_remotes(nvml.device_handle(0)) == ["0000:0f:00.0"] * 2
+        node = discover(nvml)
+    assert [g.links for g in node.gpus] == [("X", "NV2+PIX"), ("NV2+PIX", "X")]
 
 
 def test_numa_node_falls_back_to_sysfs(fake_nvml: FakeNvml, tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ def test_device_facts_carry_what_allocation_and_the_optimiser_read() -> None:
         memory_mib=40960,
         pci_bus_id="0000:4e:00.0",
         numa_node=1,
-        links=("NV4", "NV4", "NV4", "X"),
+        links=("NV4+SYS", "NV4+SYS", "NV4+NODE", "X"),
         link_peers=(0, 1, 2, 3),
     )
     mig = resources["nvidia.com/mig-3g.20gb"][0]
@@ -133,7 +133,7 @@ def test_device_facts_carry_what_allocation_and_the_optimiser_read() -> None:
         "gpu_index": 0,
         "minor": 0,
     }
-    assert gpu_facts(mig).links == ("X", "NV4", "NV4", "NV4")
+    assert gpu_facts(mig).links == ("X", "NV4+NODE", "NV4+SYS", "NV4+SYS")
 
 
 def test_unknown_strategy_is_an_error() -> None:

@@ -15,8 +15,8 @@ from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
-from accel_plugins.backends.nvidia.placement import LinkMatrix
-from accel_plugins.backends.nvidia.preferred import preferred_devices
+from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
@@ -156,7 +156,7 @@ class NvidiaBackend:
         must_include: Sequence[Device],
         size: int,
     ) -> Sequence[str]:
-        """Topology-aware choice: see :mod:`accel_plugins.backends.nvidia.preferred`."""
+        """Topology-aware choice: see :mod:`accel_plugins.backends.nvidia.preferred_allocation`."""
         check_preferred_request(resource, available, must_include, size)
         return preferred_devices(
             self._links,

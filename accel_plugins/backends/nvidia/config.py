@@ -28,7 +28,7 @@ may appear in several entries whose ``devices`` do not overlap, each with its
 own ``replicas``, which gives every GPU its own replica count. And
 ``replicaPolicy`` (flag ``--replica-policy``) chooses how a request's
 replicas are picked: ``spread`` over distinct physical GPUs (default) or
-``packed`` onto one GPU first (see ``slices.py``); NVIDIA's plugin ignores
+``packed`` onto one GPU first (see ``replica_policy.py``); NVIDIA's plugin ignores
 fields it does not know, so the file stays readable by it.
 
 Fields NVIDIA defines for other components (``gfd``, ``resources``, ``imex``,
@@ -53,7 +53,7 @@ from accel_plugins.backends.nvidia.allocate import (
     DEVICE_LIST_STRATEGIES,
     AllocateSettings,
 )
-from accel_plugins.backends.nvidia.slices import POLICIES, SPREAD
+from accel_plugins.backends.nvidia.replica_policy import POLICIES, SPREAD
 from accel_plugins.configfields import Fields
 from accel_plugins.errors import ConfigError
 

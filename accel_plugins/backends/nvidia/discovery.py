@@ -8,27 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError
-from accel_plugins.backends.nvidia.nvml import (
-    TOPOLOGY_HOSTBRIDGE,
-    TOPOLOGY_INTERNAL,
-    TOPOLOGY_MULTIPLE,
-    TOPOLOGY_NODE,
-    TOPOLOGY_SINGLE,
-    Handle,
-    MigPlacement,
-    Nvml,
-)
+from accel_plugins.backends.nvidia.nvml import Handle, MigPlacement, Nvml
+from accel_plugins.backends.nvidia.pair_score import PCIE_OF_LEVEL, PairLink
 
 log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
-_LEVEL_TOKENS = {
-    TOPOLOGY_INTERNAL: "PIX",
-    TOPOLOGY_SINGLE: "PIX",
-    TOPOLOGY_MULTIPLE: "PXB",
-    TOPOLOGY_HOSTBRIDGE: "PHB",
-    TOPOLOGY_NODE: "NODE",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +32,10 @@ class MigDevice:
 class Gpu:
     """A physical GPU as discovered.
 
-    ``links`` is its row of the topology matrix and ``peers`` the GPU index of
-    each entry (the same as the position unless a GPU was lost at discovery).
+    ``links`` is its row of the topology matrix, one pair token per GPU
+    (``NV2+SYS``: direct NVLinks and PCIe relation, see :mod:`.pair_score`;
+    "X" for itself), and ``peers`` the GPU index of each entry (the same as
+    the position unless a GPU was lost at discovery).
     """
 
     index: int
@@ -156,14 +143,15 @@ def _read_gpu(nvml: Nvml, index: int, handle: Handle) -> Gpu:
 def link_matrix(
     nvml: Nvml, handles: Sequence[Handle], bus_ids: Sequence[str]
 ) -> list[tuple[str, ...]]:
-    """nvidia-smi ``topo -m`` tokens between every pair of GPUs, "X" on the diagonal.
+    """Pair tokens (``NV<n>+<relation>``) between every pair of GPUs, "X" on the diagonal.
 
-    NVLinks count first: direct links to the peer's bus ID, plus, when both
-    GPUs have links that end on something that is not a GPU (an NVSwitch),
-    the smaller of their switch link counts. Without NVLink the PCIe common
-    ancestor decides (PIX, PXB, PHB, NODE, SYS).
+    Both facts are read as NVIDIA's allocator reads them: the PCIe relation
+    from the GPUs' common ancestor, and the direct NVLinks as the active
+    links whose remote PCI device is the other GPU. Links into an NVSwitch
+    (a remote that is no GPU of the node) are not GPU-to-GPU links and count
+    nothing. A link counts once even if only one end reports it, so the
+    matrix stays symmetric. A relation NVML cannot tell is left unknown.
     """
-    gpu_buses = set(bus_ids)
     remotes: list[list[str]] = []
     for handle in handles:
         try:
@@ -171,26 +159,17 @@ def link_matrix(
         except NvmlError as exc:
             log.info("no NVLink information: %s", exc)
             remotes.append([])
-    switch = [sum(1 for r in rs if r not in gpu_buses) for rs in remotes]
-    rows: list[tuple[str, ...]] = []
+    rows: list[list[str]] = [["X"] * len(handles) for _ in handles]
     for i, first in enumerate(handles):
-        row: list[str] = []
-        for j, second in enumerate(handles):
-            if i == j:
-                row.append("X")
-                continue
-            # A link counts once even if only one end reports it: the matrix stays symmetric.
+        for j in range(i + 1, len(handles)):
             links = max(remotes[i].count(bus_ids[j]), remotes[j].count(bus_ids[i]))
-            if switch[i] and switch[j]:
-                links += min(switch[i], switch[j])
-            if links:
-                row.append(f"NV{links}")
-                continue
             try:
-                level = nvml.topology_level(first, second)
+                level = nvml.topology_level(first, handles[j])
             except NvmlError as exc:
                 log.info("no PCIe topology between GPUs %d and %d: %s", i, j, exc)
                 level = -1
-            row.append(_LEVEL_TOKENS.get(level, "SYS"))
-        rows.append(tuple(row))
-    return rows
+            relation = PCIE_OF_LEVEL.get(level)
+            if relation is None and level != -1:
+                log.info("GPUs %d and %d: unknown topology level %d", i, j, level)
+            rows[i][j] = rows[j][i] = PairLink(nvlinks=links, pcie=relation).token
+    return [tuple(row) for row in rows]

@@ -18,7 +18,8 @@ class GpuFacts:
     """A whole GPU, one of its MIG devices, or a time-sliced replica of either.
 
     ``index`` is NVIDIA's index string (``3`` for a GPU, ``3:1`` for a MIG
-    device); ``links`` is the parent GPU's row of nvidia-smi tokens and
+    device); ``links`` is the parent GPU's row of pair tokens (``NV2+SYS``:
+    direct NVLinks and PCIe relation, see ``pair_score.py``) and
     ``link_peers`` the GPU index of each entry (equal to the position unless a
     GPU was lost). MIG devices add ``parent_uuid``, ``mig_profile`` and their
     instance IDs; replicas add ``replica`` (n) and ``replica_of`` (the shared

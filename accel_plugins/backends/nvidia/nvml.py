@@ -171,7 +171,7 @@ class Nvml(Protocol):
         ...
 
     def nvlink_remotes(self, handle: Handle) -> list[str]:
-        """Remote PCI bus ID of each active NVLink, one entry per link."""
+        """Remote PCI bus ID of each active NVLink, one entry per link (GPUs and NVSwitches)."""
         ...
 
     def create_event_set(self) -> EventSet: ...
@@ -488,22 +488,27 @@ class Pynvml:
     def nvlink_remotes(self, handle: Handle) -> list[str]:
         import pynvml
 
+        # As NVIDIA's allocator reads them: every link up to the maximum, skipping one
+        # that is not supported, out of range or inactive (links need not be contiguous).
+        skip = (NvmlNotSupportedError, NvmlInvalidArgumentError)
         remotes: list[str] = []
         for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
             try:
                 active = self._call(
                     "nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, handle, link
                 )
-            except (NvmlNotSupportedError, NvmlInvalidArgumentError, NvmlFunctionMissingError):
-                break  # no NVLink at all, or past this GPU's last link
-            if not active:
+                if not active:
+                    continue
+                info = self._call(
+                    "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+                    pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
+                    handle,
+                    link,
+                )
+            except NvmlFunctionMissingError:
+                break  # a driver without NVLink calls at all
+            except skip:
                 continue
-            info = self._call(
-                "nvmlDeviceGetNvLinkRemotePciInfo",
-                pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
-                handle,
-                link,
-            )
             remotes.append(normalize_bus_id(_text(info.busId)))
         return remotes
 

@@ -11,17 +11,20 @@ profiles in ``profiles.py`` are written as (plain dicts of the same shape)::
         pciBusId: "0000:07:00.0"   # optional, derived from the index
         mig: [1g.10gb, 3g.40gb]    # optional MIG devices; the GPU is MIG-enabled when present
     nvswitch: false                # optional: true routes every NV<n> through NVSwitches
-    topology:                      # optional nvidia-smi topo -m matrix, "X" on the diagonal
-      - [X, NV12]
-      - [NV12, X]
+    topology:                      # optional pair tokens, "X" on the diagonal
+      - [X, NV12+PIX]              # NVLinks and PCIe relation; nvidia-smi's one token also works
+      - [NV12+PIX, X]
     events:                        # optional scripted faults, seconds after health checks start
       - {at: 5, gpu: 1, xid: 79}
       - {at: 6, gpu: 0, xid: 94, mig: 0}   # on the GPU's first MIG device
       - {at: 9, gpu: 1, lost: true}        # the GPU falls off the bus
       - {at: 20, gpu: 1, restore: true}    # and answers again
 
-Without ``topology`` GPUs on one NUMA node are ``NODE`` apart and others
-``SYS``. Every error names the file, the field path and the reason.
+A pair token is ``NV<n>+<relation>``, ``NV<n>`` or ``<relation>``, the
+relation one of ``BOARD PIX PXB PHB NODE SYS`` (see ``pair_score.py``). A bare
+``NV<n>`` (nvidia-smi's one token) implies ``NODE`` for GPUs on one NUMA node
+and ``SYS`` otherwise; so does a pair without ``topology`` (with no NVLink).
+Every error names the file, the field path and the reason.
 """
 
 from __future__ import annotations
@@ -33,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel_plugins import yamlfile
+from accel_plugins.backends.nvidia.pair_score import parse_link
 from accel_plugins.configfields import Fields
 
-TOKENS = frozenset({"X", "PIX", "PXB", "PHB", "NODE", "SYS"})
-_NV = re.compile(r"^NV(\d+)$")
 _MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb$")
 _UUID_NAMESPACE = uuid.UUID("6c1b1a9e-8f1e-4b8a-9d6e-3a3f4f0c2b71")
 
@@ -80,9 +82,9 @@ class NodeProfile:
 
 
 def nv_links(token: str) -> int:
-    """``NV12`` -> 12; any other token -> 0."""
-    match = _NV.match(token)
-    return int(match.group(1)) if match else 0
+    """``NV12`` or ``NV12+PIX`` -> 12; any other token -> 0."""
+    link = parse_link(token)
+    return 0 if link is None else link.nvlinks
 
 
 def parse_mig_profile(text: str) -> SimMig | None:
@@ -209,8 +211,12 @@ def _parse_topology(r: Fields, value: object, count: int) -> tuple[tuple[str, ..
         for j, cell in enumerate(cells):
             where = f"topology[{i}][{j}]"
             token = r.string(cell, where, empty=False)
-            if token not in TOKENS and not _NV.match(token):
-                raise r.fail(where, f"{token!r} is not one of NV<n>, PIX, PXB, PHB, NODE, SYS, X")
+            if token != "X" and (token == "?" or parse_link(token) is None):
+                raise r.fail(
+                    where,
+                    f"{token!r} is not X or a pair token: NV<n>, <relation> or "
+                    "NV<n>+<relation>, relation one of BOARD, PIX, PXB, PHB, NODE, SYS",
+                )
             if (token == "X") != (i == j):
                 raise r.fail(where, "'X' belongs on the diagonal and only there")
             tokens.append(token)

@@ -24,7 +24,7 @@ def _gpus(name: str, memory: int, buses: list[str], numa: list[int]) -> list[dic
 def _pairs(i: int, j: int) -> str:
     # NVLink bridge inside a pair, one PCIe switch per pair of pairs, two NUMA nodes.
     if i // 2 == j // 2:
-        return "NV12"
+        return "NV12+PIX"
     return "PIX" if i // 4 == j // 4 else "SYS"
 
 
@@ -35,7 +35,7 @@ def _four(i: int, j: int) -> str:
 _HALVES = [0, 0, 0, 0, 1, 1, 1, 1]
 
 BUILTIN: dict[str, dict[str, object]] = {
-    # 8 SXM4 A100s, every pair NV12 through six NVSwitches.
+    # 8 SXM4 A100s, every pair NV12 through six NVSwitches (no direct GPU-to-GPU link).
     "dgx-a100": {
         "gpus": _gpus(
             "NVIDIA A100-SXM4-80GB",
@@ -46,7 +46,7 @@ BUILTIN: dict[str, dict[str, object]] = {
         "nvswitch": True,
         "topology": _matrix(8, "NV12"),
     },
-    # 8 SXM5 H100s, every pair NV18 through four NVSwitches.
+    # 8 SXM5 H100s, every pair NV18 through four NVSwitches (no direct GPU-to-GPU link).
     "dgx-h100": {
         "gpus": _gpus(
             "NVIDIA H100 80GB HBM3",
@@ -75,7 +75,8 @@ BUILTIN: dict[str, dict[str, object]] = {
         ),
         "topology": _matrix(4, _four),
     },
-    # HGX A100 4-GPU board: direct NVLink (4 links per pair), MIG on three GPUs.
+    # HGX A100 4-GPU board: direct NVLink (4 links per pair), MIG on three GPUs; the
+    # bare NV4 takes its PCIe relation from the NUMA nodes (NODE or SYS).
     "a100-mig": {
         "gpus": [
             {

@@ -11,8 +11,11 @@ per-GPU values that :meth:`SimulatedNvml.set_telemetry` changes, including
 
 Simplifications, on purpose: MIG GPU-instance IDs are the slot number + 1 and
 compute-instance IDs 0; NVLink peers are direct links unless the profile sets
-``nvswitch``; a GPU lost on the bus first reports XID 79 and then makes every
-call on it (and the next event wait) fail with ``GpuLostError``.
+``nvswitch`` (then every link ends on an NVSwitch); a pair token without a
+PCIe relation (a bare ``NV<n>``) answers the common ancestor ``NODE`` when
+both GPUs are on one NUMA node and ``SYS`` otherwise; a GPU lost on the bus
+first reports XID 79 and then makes every call on it (and the next event
+wait) fail with ``GpuLostError``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,7 @@ from accel_plugins.backends.nvidia.errors import (
     NvmlNotSupportedError,
 )
 from accel_plugins.backends.nvidia.nvml import (
-    TOPOLOGY_HOSTBRIDGE,
-    TOPOLOGY_MULTIPLE,
     TOPOLOGY_NODE,
-    TOPOLOGY_SINGLE,
     TOPOLOGY_SYSTEM,
     EventSet,
     Handle,
@@ -42,15 +42,9 @@ from accel_plugins.backends.nvidia.nvml import (
     Utilization,
     XidEvent,
 )
+from accel_plugins.backends.nvidia.pair_score import LEVEL_OF_PCIE, parse_link
 from accel_plugins.backends.nvidia.profile import NodeProfile, SimEvent, mig_uuid, nv_links
 
-_LEVELS = {
-    "PIX": TOPOLOGY_SINGLE,
-    "PXB": TOPOLOGY_MULTIPLE,
-    "PHB": TOPOLOGY_HOSTBRIDGE,
-    "NODE": TOPOLOGY_NODE,
-    "SYS": TOPOLOGY_SYSTEM,
-}
 _UNINITIALIZED = 1
 _NOT_SUPPORTED = 3
 _GPU_IS_LOST = 15
@@ -247,9 +241,9 @@ class SimulatedNvml:
     def topology_level(self, first: Handle, second: Handle) -> int:
         a = self._gpu("nvmlDeviceGetTopologyCommonAncestor", first)
         b = self._gpu("nvmlDeviceGetTopologyCommonAncestor", second)
-        token = self.profile.topology[a.gpu][b.gpu]
-        if token in _LEVELS:
-            return _LEVELS[token]
+        link = parse_link(self.profile.topology[a.gpu][b.gpu])
+        if link is not None and link.pcie is not None:
+            return LEVEL_OF_PCIE[link.pcie]
         # NVLinked pairs still share some PCIe ancestor; NUMA decides which.
         ga, gb = self.profile.gpus[a.gpu], self.profile.gpus[b.gpu]
         same = ga.numa_node is not None and ga.numa_node == gb.numa_node

@@ -1,4 +1,6 @@
-"""Choosing among devices that share physical GPUs: time-sliced replicas and MIG devices.
+"""Replica spreading and packing: choosing among devices that share physical GPUs.
+
+Time-sliced replicas follow the configured policy; MIG devices are packed.
 
 Each device is a :class:`Slice`: its ID, the physical GPU it runs on, its
 unit (the shared device for a replica, else the device itself) and its place

@@ -1,8 +1,9 @@
-"""Whole-GPU placement: pair scores, the link matrix, and the exact best-effort search.
+"""The search: NVIDIA's best-effort objective, found exactly, and our tie-breaks.
 
-The search is checked against ``tests/placement_reference.py``, a plain
-enumeration of every split written from the issue's words, on random and on
-structured (symmetric) topologies.
+The search is checked against ``tests/best_effort_reference.py``, a plain
+enumeration of every split written from the policy's words, on random and on
+structured (symmetric) topologies scored as NVIDIA scores pairs. NVIDIA's own
+test tables are in ``test_nvidia_go_gpuallocator.py``.
 """
 
 from __future__ import annotations
@@ -13,77 +14,57 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accel_plugins.backends.nvidia.partition import (
+from accel_plugins.backends.nvidia.best_effort_search import (
     Partitioner,
     mask_of,
     positions,
     twin_classes,
 )
-from accel_plugins.backends.nvidia.placement import LinkMatrix, link_score
-from accel_plugins.backends.nvidia.profiles import BUILTIN
-from tests.placement_reference import best_effort, pairing_score, splits
+from accel_plugins.backends.nvidia.discovery import discover
+from accel_plugins.backends.nvidia.nvml import session
+from accel_plugins.backends.nvidia.pair_score import LinkMatrix, link_score
+from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from tests.best_effort_reference import best_effort, pairing_score, split_score, splits
+from tests.nvidia_fixtures import profile
 
-TOKENS = ["NV1", "NV2", "NV4", "NV12", "PIX", "PXB", "PHB", "NODE", "SYS"]
+# NVIDIA pair tokens: few per topology, so many ties and twins.
+TOKENS = [
+    "NV1+PIX",
+    "NV1+PHB",
+    "NV2+SYS",
+    "NV4+NODE",
+    "NV12+PIX",
+    "BOARD",
+    "PIX",
+    "PXB",
+    "PHB",
+    "NODE",
+    "SYS",
+]
 
 
-def profile_weights(name: str) -> list[list[int]]:
-    rows = BUILTIN[name]["topology"]
-    assert isinstance(rows, list)
-    return [
-        [0 if i == j else link_score(t) for j, t in enumerate(row)] for i, row in enumerate(rows)
-    ]
+def profile_matrix(name: str) -> tuple[list[list[int]], list[int | None]]:
+    """Pair scores and NUMA nodes of a built-in profile, as discovery reads them."""
+    nvml = SimulatedNvml(profile(name))
+    with session(nvml):
+        node = discover(nvml)
+    matrix = LinkMatrix.from_gpus(node.gpus)
+    return [list(row) for row in matrix.weights], list(matrix.partitioner.numa)
 
 
-PAIRS = profile_weights("pcie-8gpu-nvlink-pairs")  # (0,1) (2,3) ... NV12; PIX per 4; SYS across
+# (0,1) (2,3) ... NV12+PIX; PIX within 0-3 and 4-7; SYS across the NUMA nodes 0-3 | 4-7.
+PAIRS, HALVES = profile_matrix("pcie-8gpu-nvlink-pairs")
 ALL8 = list(range(8))
 
 
-# -- pair scores and the matrix -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("token", "score"),
-    [
-        pytest.param("NV1", 100, id="one-nvlink"),
-        pytest.param("NV12", 1200, id="nv12"),
-        pytest.param("NV18", 1800, id="nv18"),
-        pytest.param("PIX", 50, id="pix"),
-        pytest.param("PXB", 40, id="pxb"),
-        pytest.param("PHB", 30, id="phb"),
-        pytest.param("NODE", 20, id="node"),
-        pytest.param("SYS", 10, id="sys"),
-        pytest.param("SOC", 10, id="soc-old-name-of-sys"),
-        pytest.param("X", 0, id="diagonal"),
-        pytest.param("NV", 0, id="nv-without-count"),
-        pytest.param("NVx", 0, id="nv-not-a-number"),
-        pytest.param("", 0, id="empty"),
-    ],
-)
-def test_link_scores(token: str, score: int) -> None:
-    assert link_score(token) == score
-
-
-def test_matrix_is_symmetric_and_addressed_by_gpu_index() -> None:
-    # GPU 1 was lost at discovery: rows name peers 0, 2, 5 by index.
-    matrix = LinkMatrix(
-        {
-            0: (("X", "NV4", "SYS"), (0, 2, 5)),
-            2: (("NV4", "X", "PIX"), (0, 2, 5)),
-            5: (("SYS", "PHB", "X"), (0, 2, 5)),  # disagrees with GPU 2's PIX: the better wins
-        }
-    )
-    assert matrix.gpus == (0, 2, 5)
-    assert [[matrix.score(a, b) for b in (0, 2, 5)] for a in (0, 2, 5)] == [
-        [0, 400, 10],
-        [400, 0, 50],
-        [10, 50, 0],
-    ]
-    assert matrix.score(0, 1) == 0
-    assert 1 not in matrix
-    assert 2 in matrix
-    assert matrix.choose([0, 2, 5], [], 2) == [0, 2]
-    with pytest.raises(ValueError, match="GPU 1 is not in the link matrix"):
-        matrix.choose([0, 1], [], 1)
+def choose(
+    weights: list[list[int]],
+    numa: list[int | None] | None,
+    available: list[int],
+    must: list[int],
+    size: int,
+) -> list[int]:
+    return positions(Partitioner(weights, numa).choose(mask_of(available), mask_of(must), size))
 
 
 @pytest.mark.parametrize(
@@ -97,6 +78,11 @@ def test_matrix_is_symmetric_and_addressed_by_gpu_index() -> None:
 def test_partitioner_refuses_bad_weights(weights: list[list[int]], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         Partitioner(weights)
+
+
+def test_partitioner_refuses_a_numa_list_of_another_length() -> None:
+    with pytest.raises(ValueError, match="3 NUMA nodes for 2 GPUs"):
+        Partitioner([[0, 1], [1, 0]], [0, 0, 1])
 
 
 @pytest.mark.parametrize(
@@ -115,10 +101,14 @@ def test_impossible_requests_are_refused(
         Partitioner(PAIRS).choose(mask_of(available), mask_of(must), size)
 
 
-def test_twin_classes_of_the_profiles() -> None:
+def test_twin_classes() -> None:
     assert twin_classes(PAIRS) == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert twin_classes(profile_weights("dgx-h100")) == [ALL8]
+    nvswitch, numa = profile_matrix("dgx-h100")
+    assert twin_classes(nvswitch, numa) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert twin_classes([[0, 5, 1], [5, 0, 2], [1, 2, 0]]) == [[0], [1], [2]]
+    uniform = [[0 if i == j else 7 for j in range(4)] for i in range(4)]
+    assert twin_classes(uniform) == [[0, 1, 2, 3]]
+    assert twin_classes(uniform, [1, 0, 1, 0]) == [[0, 2], [1, 3]]  # twins share a NUMA node
 
 
 # -- named cases on pcie-8gpu-nvlink-pairs ----------------------------------------------------
@@ -154,9 +144,11 @@ def test_twin_classes_of_the_profiles() -> None:
     ],
 )
 def test_pcie_pairs(available: list[int], must: list[int], size: int, expected: list[int]) -> None:
-    got = positions(Partitioner(PAIRS).choose(mask_of(available), mask_of(must), size))
-    assert got == expected
-    assert best_effort(PAIRS, available, must, size) == expected
+    assert choose(PAIRS, HALVES, available, must, size) == expected
+    assert best_effort(PAIRS, available, must, size, HALVES) == expected
+
+
+UNIFORM = [[0 if i == j else 20 for j in range(8)] for i in range(8)]
 
 
 @pytest.mark.parametrize(
@@ -167,21 +159,71 @@ def test_pcie_pairs(available: list[int], must: list[int], size: int, expected: 
         pytest.param(ALL8, [], 5, [0, 1, 2, 3, 4], id="five"),
     ],
 )
-def test_uniform_nvswitch_takes_the_lowest(
+def test_every_pair_alike_on_one_numa_node_takes_the_lowest(
     available: list[int], must: list[int], size: int, expected: list[int]
 ) -> None:
-    weights = profile_weights("dgx-h100")
-    got = positions(Partitioner(weights).choose(mask_of(available), mask_of(must), size))
-    assert got == expected == best_effort(weights, available, must, size)
+    assert choose(UNIFORM, None, available, must, size) == expected
+    assert best_effort(UNIFORM, available, must, size) == expected
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "expected"),
+    [
+        # Every pair ties (NVIDIA's objective cannot tell): one NUMA node wins over the
+        # lowest indices. A 4-GPU pod is not split 1+3 while 4 are free on one node.
+        pytest.param([3, 4, 5, 6, 7], [], 4, [4, 5, 6, 7], id="four-on-one-node-not-1-plus-3"),
+        pytest.param([2, 3, 4, 5, 6], [], 2, [2, 3], id="two-on-one-node"),
+        pytest.param([2, 3, 4, 5], [4], 2, [4, 5], id="must-include-picks-its-own-node"),
+        pytest.param(ALL8, [], 4, [0, 1, 2, 3], id="then-the-lowest"),
+        pytest.param(
+            [0, 1, 2, 4, 5, 6, 7], [], 5, [0, 1, 2, 4, 5], id="two-nodes-anyway-then-lowest"
+        ),
+    ],
+)
+def test_ties_go_to_one_numa_node(
+    available: list[int], must: list[int], size: int, expected: list[int]
+) -> None:
+    assert choose(UNIFORM, HALVES, available, must, size) == expected
+    assert best_effort(UNIFORM, available, must, size, HALVES) == expected
+
+
+def test_nvswitch_node_keeps_a_pod_on_one_numa_node() -> None:
+    # dgx-h100 scores NODE (20) within a NUMA node and SYS (10) across: NVIDIA's own
+    # objective already keeps the pod on one node.
+    weights, numa = profile_matrix("dgx-h100")
+    assert choose(weights, numa, [3, 4, 5, 6, 7], [], 4) == [4, 5, 6, 7]
+    assert choose(weights, numa, [0, 1, 4, 5, 6], [], 2) == [0, 1]
+
+
+def quads(token: str) -> list[list[int]]:
+    """Two fully NVLinked quads, 0-3 and 4-7 (``token`` within one), SYS across."""
+    inside = link_score(token)
+    return [[0 if i == j else inside if i // 4 == j // 4 else 10 for j in range(8)] for i in ALL8]
+
+
+@pytest.mark.parametrize(
+    ("available", "size", "expected"),
+    [
+        # NVIDIA's objective ties every single GPU; leftover pairs tie too (two either
+        # way): the lone pair 4-5 is taken so the quad 0-3 stays whole.
+        pytest.param([0, 1, 2, 3, 4, 5], 1, [4], id="1-gpu-spares-the-free-quad"),
+        pytest.param([0, 1, 2, 3, 4, 5, 6], 2, [4, 5], id="2-gpu-spares-the-free-quad"),
+        pytest.param([0, 1, 2, 3, 5], 1, [5], id="1-gpu-takes-the-lone-gpu"),
+    ],
+)
+def test_ties_keep_free_quads_whole(available: list[int], size: int, expected: list[int]) -> None:
+    weights = quads("NV1+PHB")
+    assert choose(weights, HALVES, available, [], size) == expected
+    assert best_effort(weights, available, [], size, HALVES) == expected
 
 
 def test_best_split_and_pairing_values() -> None:
     search = Partitioner(PAIRS)
-    assert search.pairing(mask_of(ALL8)) == 4 * 1200
+    assert search.pairing(mask_of(ALL8)) == 4 * 1250
     assert search.pairing(mask_of([0, 2, 4])) == 50  # 0-2 on one switch, 4 alone
-    assert search.best_split(mask_of(ALL8), 4) == 2 * (2 * 1200 + 4 * 50)
+    assert search.best_split(mask_of(ALL8), 4) == 2 * (2 * 1250 + 4 * 50)
     assert search.best_split(mask_of(ALL8), 1) == 0
-    assert search.score(mask_of([0, 1, 4])) == 1200 + 10 + 10
+    assert search.score(mask_of([0, 1, 4])) == 1250 + 10 + 10
 
 
 # -- the reference itself ---------------------------------------------------------------------
@@ -203,29 +245,37 @@ def test_reference_enumerates_every_split_once(count: int, size: int, splits_cou
     assert len(found) == len(set(found)) == splits_count
 
 
-def test_reference_pairing() -> None:
-    assert pairing_score(PAIRS, [0, 1, 2, 3]) == 2400
+def test_reference_split_scores() -> None:
+    assert pairing_score(PAIRS, [0, 1, 2, 3]) == 2500
     assert pairing_score(PAIRS, [0, 2, 4]) == 50
+    assert split_score(PAIRS, [0, 1, 2, 3, 4], 4) == 2 * 1250 + 4 * 50  # 4 alone
+    assert split_score(PAIRS, [0], 4) == 0
 
 
 # -- exactness against the reference ------------------------------------------------------------
 
+Topology = tuple[list[list[int]], list[int | None]]
+
 
 @st.composite
-def random_weights(draw: st.DrawFn, min_gpus: int = 2, max_gpus: int = 10) -> list[list[int]]:
-    """Any symmetric matrix over a few tokens (few tokens: many ties and twins)."""
+def random_topologies(draw: st.DrawFn, min_gpus: int = 2, max_gpus: int = 10) -> Topology:
+    """Any symmetric matrix of NVIDIA pair scores over a few tokens, random NUMA nodes."""
     n = draw(st.integers(min_gpus, max_gpus))
     tokens = draw(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=4, unique=True))
     weights = [[0] * n for _ in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
             weights[i][j] = weights[j][i] = link_score(draw(st.sampled_from(tokens)))
-    return weights
+    numa = draw(st.lists(st.sampled_from([0, 1, None]), min_size=n, max_size=n))
+    return weights, numa
 
 
 @st.composite
-def structured_weights(draw: st.DrawFn, min_gpus: int = 2, max_gpus: int = 10) -> list[list[int]]:
-    """NVLink pairs or islands behind PCIe switches on NUMA nodes: symmetric topologies."""
+def structured_topologies(draw: st.DrawFn, min_gpus: int = 2, max_gpus: int = 10) -> Topology:
+    """NVLink pairs or islands behind PCIe switches on NUMA nodes: symmetric topologies.
+
+    Each pair scores as NVIDIA scores it: 100 per NVLink plus its PCIe relation.
+    """
     n = draw(st.integers(min_gpus, max_gpus))
     island = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
     switch = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
@@ -234,14 +284,12 @@ def structured_weights(draw: st.DrawFn, min_gpus: int = 2, max_gpus: int = 10) -
     weights = [[0] * n for _ in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
-            if island[i] == island[j] and island[i]:
-                score = 100 * nvlinks[island[i]]
-            elif switch[i] == switch[j] and numa[i] == numa[j]:
-                score = 50
-            else:
-                score = 20 if numa[i] == numa[j] else 10
-            weights[i][j] = weights[j][i] = score
-    return weights
+            links = nvlinks[island[i]] if island[i] == island[j] and island[i] else 0
+            same_switch = switch[i] == switch[j]
+            relation = "SYS" if numa[i] != numa[j] else "PIX" if same_switch else "NODE"
+            token = f"NV{links}+{relation}" if links else relation
+            weights[i][j] = weights[j][i] = link_score(token)
+    return weights, list(numa)
 
 
 Request = tuple[list[int], list[int], int]
@@ -256,33 +304,34 @@ def requests(draw: st.DrawFn, n: int) -> Request:
     return available, must, size
 
 
-def check_against_reference(data: st.DataObject, weights: list[list[int]]) -> None:
-    search = Partitioner(weights)  # shared by the calls: its memo must stay exact
+def check_against_reference(data: st.DataObject, topology: Topology) -> None:
+    weights, numa = topology
+    search = Partitioner(weights, numa)  # shared by the calls: its memo must stay exact
     for _ in range(3):
         available, must, size = data.draw(requests(len(weights)))
         got = positions(search.choose(mask_of(available), mask_of(must), size))
-        assert got == best_effort(weights, available, must, size), (available, must, size)
+        assert got == best_effort(weights, available, must, size, numa), (available, must, size)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(weights=random_weights(), data=st.data())
-def test_exact_on_random_topologies(weights: list[list[int]], data: st.DataObject) -> None:
-    check_against_reference(data, weights)
+@given(topology=random_topologies(), data=st.data())
+def test_exact_on_random_topologies(topology: Topology, data: st.DataObject) -> None:
+    check_against_reference(data, topology)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(weights=structured_weights(), data=st.data())
-def test_exact_on_symmetric_topologies(weights: list[list[int]], data: st.DataObject) -> None:
-    check_against_reference(data, weights)
+@given(topology=structured_topologies(), data=st.data())
+def test_exact_on_symmetric_topologies(topology: Topology, data: st.DataObject) -> None:
+    check_against_reference(data, topology)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    weights=st.one_of(random_weights(min_gpus=8), structured_weights(min_gpus=8)),
+    topology=st.one_of(random_topologies(min_gpus=8), structured_topologies(min_gpus=8)),
     data=st.data(),
 )
-def test_exact_on_eight_to_ten_gpus(weights: list[list[int]], data: st.DataObject) -> None:
-    check_against_reference(data, weights)
+def test_exact_on_eight_to_ten_gpus(topology: Topology, data: st.DataObject) -> None:
+    check_against_reference(data, topology)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -296,32 +345,38 @@ def test_exact_on_a_seeded_sweep_of_nine_and_ten_gpus(seed: int) -> None:
         for i in range(n):
             for j in range(i + 1, n):
                 weights[i][j] = weights[j][i] = link_score(rng.choice(tokens))
-        search = Partitioner(weights)
+        numa: list[int | None] = [rng.randint(0, 1) for _ in range(n)]
+        search = Partitioner(weights, numa)
         for _ in range(8):
             available = sorted(rng.sample(range(n), rng.randint(n - 3, n)))
             size = rng.randint(1, len(available))
             must = sorted(rng.sample(available, rng.randint(0, min(size, 2))))
             got = positions(search.choose(mask_of(available), mask_of(must), size))
-            assert got == best_effort(weights, available, must, size), (weights, available, must)
+            expected = best_effort(weights, available, must, size, numa)
+            assert got == expected, (weights, numa, available, must)
 
 
 @pytest.mark.parametrize("size", range(1, 11))
 def test_exact_for_every_size_on_ten_gpus(size: int) -> None:
     weights = [
-        [0 if i == j else link_score(TOKENS[(7 * (i + j) + i * j) % 9]) for j in range(10)]
+        [
+            0 if i == j else link_score(TOKENS[(7 * (i + j) + i * j) % len(TOKENS)])
+            for j in range(10)
+        ]
         for i in range(10)
     ]
-    search = Partitioner(weights)
+    numa: list[int | None] = [i % 3 % 2 for i in range(10)]
+    search = Partitioner(weights, numa)
     for available in (list(range(10)), [0, 2, 3, 5, 6, 7, 8, 9]):
         for must in ([], available[-1:]):
             if size > len(available):
                 continue
             got = positions(search.choose(mask_of(available), mask_of(must), size))
-            assert got == best_effort(weights, available, must, size)
+            assert got == best_effort(weights, available, must, size, numa)
 
 
 def test_every_answer_has_the_size_and_the_must_include_gpus() -> None:
-    search = Partitioner(PAIRS)
+    search = Partitioner(PAIRS, HALVES)
     for size in range(1, 9):
         for must in ([], [3], [3, 6]):
             if len(must) > size:

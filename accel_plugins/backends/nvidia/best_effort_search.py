@@ -1,17 +1,27 @@
-"""Exact best-effort choice of whole GPUs, over bitmasks.
+"""The search: NVIDIA's best-effort objective, exactly, over bitmasks.
 
 GPUs are positions ``0..n-1`` (bit ``i`` of a mask is GPU ``i``; positions
 follow GPU index order) and ``weights[i][j]`` is the pair score of GPUs ``i``
-and ``j``. A group's score is the sum of its pairs' scores. For a request of
-``size`` GPUs from ``available`` that must hold ``must``, the answer is:
+and ``j`` (:mod:`.pair_score`). A group's score is the sum of its pairs'
+scores. For a request of ``size`` GPUs from ``available`` that must hold
+``must``, the answer is:
 
 1. among every split of ``available`` into groups of ``size`` (one smaller
    group when the count does not divide) in which one full group holds
    ``must``, the splits with the highest total score;
-2. of their full groups that hold ``must``, one with the highest own score;
-3. remaining ties: the highest pairing score of the GPUs left over (split
-   into pairs, one alone when the count is odd), then the lowest sorted list
-   of positions.
+2. of their full groups that hold ``must``, one with the highest own score.
+
+Steps 1 and 2 are NVIDIA's best-effort policy (go-gpuallocator). Where
+groups still tie, NVIDIA takes whichever its enumeration met first; here:
+
+3. the group that leaves the GPUs still free best paired (the highest
+   best-split score of what is left into pairs, one alone when odd), then
+   best grouped in fours: free NVLink pairs and quads stay whole for later
+   pods;
+4. the group on the fewest NUMA nodes (``numa``, one label per GPU; on an
+   NVSwitch node every pair can tie, and a 4-GPU pod must not be split 1+3
+   over two NUMA nodes while 4 are free on one);
+5. the lowest sorted list of positions.
 
 Why it is exact. The best split in which a full group ``G`` holds ``must``
 scores ``score(G) + best_split(available - G)``, so the best total is the
@@ -24,13 +34,13 @@ The bound gives every GPU the sum of its ``size - 1`` best pair scores within
 the set and halves the total (each pair is counted from both ends); no group
 of ``size`` or fewer GPUs can give a GPU more.
 
-Why it is fast. Twins (GPUs every other GPU scores alike with, such as the
-two ends of an NVLink bridge or the GPUs of one PCIe switch) are
-interchangeable, so the programme runs over how many GPUs of each twin class
-a set holds, not over subsets. Interchangeable classes (two NVLink pairs on
-one switch, two switches on one NUMA node) are found once per topology, and
-sets that such swaps map onto each other share one memo entry. Scores never
-change for a topology, so memoised values are kept across calls.
+Why it is fast. Twins (GPUs on one NUMA node that every other GPU scores
+alike with, such as the two ends of an NVLink bridge or the GPUs of one PCIe
+switch) are interchangeable, so the programme runs over how many GPUs of each
+twin class a set holds, not over subsets. Interchangeable classes (two NVLink
+pairs on one switch, two switches on one NUMA node) are found once per
+topology, and sets that such swaps map onto each other share one memo entry.
+Scores never change for a topology, so memoised values are kept across calls.
 """
 
 from __future__ import annotations
@@ -69,21 +79,27 @@ def lower_first(a: int, b: int) -> bool:
     return bool(a & diff & -diff)
 
 
-def twin_classes(weights: Sequence[Sequence[int]]) -> list[list[int]]:
+def twin_classes(
+    weights: Sequence[Sequence[int]], labels: Sequence[object] | None = None
+) -> list[list[int]]:
     """GPUs grouped into classes of interchangeable ones, lowest first.
 
-    Two GPUs are twins when every other GPU scores the same with both (an
-    NVLink pair behind one switch, the GPUs of one PCIe switch, an NVSwitch
-    island). Twinship is an equivalence and all pairs inside a class score
-    alike, so a set's best split depends only on how many GPUs of each class
-    it holds: the search runs over those counts, far fewer than subsets.
+    Two GPUs are twins when they have the same label (NUMA node) and every
+    other GPU scores the same with both (an NVLink pair behind one switch,
+    the GPUs of one PCIe switch, an NVSwitch island). Twinship is an
+    equivalence and all pairs inside a class score alike, so a set's best
+    split depends only on how many GPUs of each class it holds: the search
+    runs over those counts, far fewer than subsets.
     """
     n = len(weights)
+    label = list(labels) if labels is not None else [None] * n
     classes: list[list[int]] = []
     for i in range(n):
         for members in classes:
             j = members[0]
-            if all(weights[i][x] == weights[j][x] for x in range(n) if x not in (i, j)):
+            if label[i] == label[j] and all(
+                weights[i][x] == weights[j][x] for x in range(n) if x not in (i, j)
+            ):
                 members.append(i)
                 break
         else:
@@ -157,8 +173,12 @@ class Partitioner:
     best-split values it remembers stay valid for every later call.
     """
 
-    def __init__(self, weights: Sequence[Sequence[int]]) -> None:
+    def __init__(
+        self, weights: Sequence[Sequence[int]], numa: Sequence[int | None] | None = None
+    ) -> None:
         n = len(weights)
+        if numa is not None and len(numa) != n:
+            raise ValueError(f"{len(numa)} NUMA nodes for {n} GPUs")
         for i, row in enumerate(weights):
             if len(row) != n:
                 raise ValueError(f"weights row {i} has {len(row)} entries, expected {n}")
@@ -171,11 +191,13 @@ class Partitioner:
         self.weights: tuple[tuple[int, ...], ...] = tuple(
             tuple(0 if i == j else row[j] for j in range(n)) for i, row in enumerate(weights)
         )
-        self.classes = twin_classes(self.weights)
+        self.numa: tuple[int | None, ...] = tuple(numa) if numa is not None else (None,) * n
+        self.classes = twin_classes(self.weights, self.numa)
         self._class_of = [0] * n
         for c, members in enumerate(self.classes):
             for i in members:
                 self._class_of[i] = c
+        self._class_node = [self.numa[members[0]] for members in self.classes]
         reps = [members[0] for members in self.classes]
         # cross[c][d]: the score between a GPU of class c and another GPU of class d
         # (the class's own inner score when c == d).
@@ -425,20 +447,15 @@ class Partitioner:
             return available
         if must.bit_count() == size:
             return must
-        if self.uniform(available):
+        if self.uniform(available) and len({self.numa[i] for i in positions(available)}) == 1:
             # Every split and every group scores the same, and so does what is left.
             return must | _lowest(available & ~must, size - must.bit_count())
         counts = self._counts(available)
         full = self._key(counts)
-        pair_memo = self._splits.setdefault(2, {})
-        pair_bounds = self._bounds(counts, 2)
         if size == 1:
-            tied = self._groups(counts, [0] * len(counts), 1, pair_bounds)
-            lefts = [(self._split(full - g, 2, pair_bounds, pair_memo), g) for g, _, _ in tied]
-            best = max(left for left, _ in lefts)
-            return min_group(
-                [self._realise(self._decode(g), 0, available) for left, g in lefts if left == best]
-            )
+            # Every split of singles totals 0 (NVIDIA's answer is its first GPU): all tie.
+            tied = [g for g, _, _ in self._groups(counts, [0] * len(counts), 1, [0] * len(counts))]
+            return self._settle(tied, counts, must, available, size)
         b = self._bounds(counts, size)
         memo = self._splits.setdefault(size, {})
         leaves = self._groups(counts, self._counts(must), size, b)
@@ -459,12 +476,32 @@ class Partitioner:
                 tied_groups.append((group, score))
         top = max(score for _, score in tied_groups)
         finalists = [group for group, score in tied_groups if score == top]
-        if len(finalists) > 1 and size != 2:
-            # For pairs the leftover pairing is the total minus the pair: already equal.
-            lefts = [(self._split(full - g, 2, pair_bounds, pair_memo), g) for g in finalists]
+        return self._settle(finalists, counts, must, available, size)
+
+    def _settle(
+        self, finalists: list[int], counts: Sequence[int], must: int, available: int, size: int
+    ) -> int:
+        """Steps 3 to 5: break the ties NVIDIA's objective leaves (groups as count keys)."""
+        full = self._key(counts)
+        for whole in (2, 4):
+            if len(finalists) < 2 or whole == size:
+                # Left over into groups of the request's own size: the total less the
+                # group, equal for every finalist already.
+                continue
+            memo = self._splits.setdefault(whole, {})
+            b = self._bounds(counts, whole)
+            lefts = [(self._split(full - g, whole, b, memo), g) for g in finalists]
             best = max(left for left, _ in lefts)
             finalists = [g for left, g in lefts if left == best]
+        if len(finalists) > 1:
+            spans = [(self._nodes(g), g) for g in finalists]
+            fewest = min(span for span, _ in spans)
+            finalists = [g for span, g in spans if span == fewest]
         return min_group([self._realise(self._decode(g), must, available) for g in finalists])
+
+    def _nodes(self, key: int) -> int:
+        """How many NUMA nodes a group (as a count key) spans."""
+        return len({self._class_node[c] for c, k in enumerate(self._decode(key)) if k})
 
 
 def min_group(groups: Sequence[int]) -> int:

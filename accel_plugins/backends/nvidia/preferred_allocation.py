@@ -1,9 +1,10 @@
 """GetPreferredAllocation for NVIDIA resources: which policy answers which devices.
 
-- Whole GPUs only: the exact best-effort optimum over the link matrix
-  (:mod:`.partition`), keeping NVLink pairs and islands whole.
+- Whole GPUs only: NVIDIA's best-effort optimum over the pair scores
+  (:mod:`.pair_score`), found exactly by :mod:`.best_effort_search`, with
+  its ties broken to keep NVLink pairs and quads whole, then one NUMA node.
 - Any time-sliced replica among the devices: the configured replica policy,
-  ``spread`` (default) or ``packed`` (:mod:`.slices`).
+  ``spread`` (default) or ``packed`` (:mod:`.replica_policy`).
 - MIG devices: ``packed``, so one request stays on as few GPUs as it can.
 - Devices the link matrix does not know (it was built before they existed):
   the framework's default, fewest NUMA nodes.
@@ -14,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
-from accel_plugins.backends.nvidia.placement import LinkMatrix
-from accel_plugins.backends.nvidia.slices import PACKED, Slice
-from accel_plugins.backends.nvidia.slices import choose as choose_slices
+from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+from accel_plugins.backends.nvidia.replica_policy import PACKED, Slice
+from accel_plugins.backends.nvidia.replica_policy import choose as choose_slices
 from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
 from accel_plugins.plugin.device import Device
 
