@@ -240,6 +240,98 @@ def test_bad_replica_policy_flag_and_env_are_refused(monkeypatch: pytest.MonkeyP
         parse([])
 
 
+def nvidia_config_file(tmp_path: Path, shared: str, ours: str | None = None) -> Path:
+    """A config with NVIDIA's flags.plugin.sharedDevicesAllocationPolicy (and our alias)."""
+    alias = f"    replicaPolicy: {ours}\n" if ours else ""
+    text = (
+        f"version: v1\nflags:\n  plugin:\n    sharedDevicesAllocationPolicy: {shared}\n"
+        "sharing:\n  timeSlicing:\n"
+        + alias
+        + "    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    path = tmp_path / "nvidia.yaml"
+    path.write_text(text)
+    return path
+
+
+POLICY_ENV = (
+    "SHARED_DEVICES_ALLOCATION_POLICY",
+    "ACCEL_PLUGINS_SHARED_DEVICES_ALLOCATION_POLICY",
+    "ACCEL_PLUGINS_REPLICA_POLICY",
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "file", "expected"),
+    [
+        pytest.param([], {}, "packed", "packed", id="nvidia-file-packed"),
+        pytest.param([], {}, "distributed", "spread", id="nvidia-file-distributed"),
+        pytest.param(
+            ["--shared-devices-allocation-policy", "packed"], {}, None, "packed", id="nvidia-flag"
+        ),
+        pytest.param(
+            [], {"SHARED_DEVICES_ALLOCATION_POLICY": "packed"}, None, "packed", id="nvidia-env"
+        ),
+        pytest.param(
+            ["--shared-devices-allocation-policy=distributed"],
+            {},
+            "packed",
+            "spread",
+            id="nvidia-flag-over-nvidia-file",
+        ),
+        pytest.param(
+            ["--replica-policy=spread"], {}, "packed", "spread", id="alias-flag-over-nvidia-file"
+        ),
+        pytest.param(
+            ["--replica-policy=packed", "--shared-devices-allocation-policy=packed"],
+            {},
+            None,
+            "packed",
+            id="both-names-agree",
+        ),
+    ],
+)
+def test_nvidia_shared_devices_allocation_policy_drives_the_replica_policy(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+    file: str | None,
+    expected: str,
+) -> None:
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+    for name in POLICY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if file is not None:
+        argv = ["--config", str(nvidia_config_file(tmp_path, file)), *argv]
+    assert load_settings(parse(argv), environ={}).replica_policy == expected
+
+
+def test_names_of_the_policy_that_disagree_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONFIG_FILE", raising=False)
+    for name in POLICY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    path = nvidia_config_file(tmp_path, "distributed", ours="packed")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(parse(["--config", str(path)]), environ={})
+    assert str(caught.value) == (
+        f"{path}: sharing.timeSlicing.replicaPolicy: 'packed' contradicts "
+        "flags.plugin.sharedDevicesAllocationPolicy 'distributed' (the same setting: spread is "
+        "distributed)"
+    )
+    agreeing = nvidia_config_file(tmp_path, "distributed", ours="spread")
+    assert load_settings(parse(["--config", str(agreeing)]), environ={}).replica_policy == "spread"
+    argv = ["--replica-policy=spread", "--shared-devices-allocation-policy=packed"]
+    with pytest.raises(ConfigError, match="'spread' contradicts --shared-devices-allocation"):
+        load_settings(parse(argv), environ={})
+    with pytest.raises(argparse.ArgumentError, match="invalid choice: 'spread'"):
+        parse(["--shared-devices-allocation-policy", "spread"])  # NVIDIA's values only
+
+
 @pytest.mark.parametrize(
     ("policy", "flag"),
     [

@@ -18,6 +18,7 @@ from accel_plugins.plugin.command import BackendCommand, BackendContext, Backend
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 REPLICA_POLICIES = ("spread", "packed")
+SHARED_DEVICES_POLICIES = ("distributed", "packed")
 DEFAULT_RECOVERY_SECONDS = 60.0
 SIMULATED_PROFILES = ("a100-mig", "dgx-a100", "dgx-h100", "pcie-4gpu", "pcie-8gpu-nvlink-pairs")
 
@@ -95,9 +96,17 @@ OPTIONS = (
         metavar="SECONDS",
     ),
     Option(
+        "--shared-devices-allocation-policy",
+        "how a request's time-sliced replicas are chosen: distributed over distinct GPUs, or "
+        "packed onto one GPU first (default distributed; config "
+        "flags.plugin.sharedDevicesAllocationPolicy)",
+        choices=SHARED_DEVICES_POLICIES,
+        env=("SHARED_DEVICES_ALLOCATION_POLICY",),
+    ),
+    Option(
         "--replica-policy",
-        "how a request's time-sliced replicas are chosen: spread over distinct GPUs, or "
-        "packed onto one GPU first (default spread; config sharing.timeSlicing.replicaPolicy)",
+        "our older name for --shared-devices-allocation-policy: spread (= distributed) or "
+        "packed (config sharing.timeSlicing.replicaPolicy)",
         choices=REPLICA_POLICIES,
     ),
     Option(

@@ -12,11 +12,12 @@ Accepted as NVIDIA's plugin writes it::
         deviceListStrategy: envvar          # or a list: [envvar, cdi-annotations]
         deviceIDStrategy: uuid | index
         cdiAnnotationPrefix: cdi.k8s.io/
+        sharedDevicesAllocationPolicy: distributed | packed
     sharing:
       timeSlicing:
         renameByDefault: false
         failRequestsGreaterThanOne: false
-        replicaPolicy: spread               # ours: spread | packed (see below)
+        replicaPolicy: spread               # ours: spread | packed, an alias (see below)
         resources:
           - name: nvidia.com/gpu            # or nvidia.com/mig-<profile>; "gpu" alone works too
             replicas: 4
@@ -25,11 +26,17 @@ Accepted as NVIDIA's plugin writes it::
 
 Our addition (NVIDIA's users ask for it in their #1786): the same ``name``
 may appear in several entries whose ``devices`` do not overlap, each with its
-own ``replicas``, which gives every GPU its own replica count. And
-``replicaPolicy`` (flag ``--replica-policy``) chooses how a request's
-replicas are picked: ``spread`` over distinct physical GPUs (default) or
-``packed`` onto one GPU first (see ``replica_policy.py``); NVIDIA's plugin ignores
-fields it does not know, so the file stays readable by it.
+own ``replicas``, which gives every GPU its own replica count.
+
+How a request's time-sliced replicas are picked is NVIDIA's
+``sharedDevicesAllocationPolicy`` (flag ``--shared-devices-allocation-policy``,
+env ``SHARED_DEVICES_ALLOCATION_POLICY``): ``distributed`` over distinct
+physical GPUs (default) or ``packed`` onto one GPU first (see
+``replica_policy.py``; MIG devices are always packed here). Our older names
+stay as aliases: ``sharing.timeSlicing.replicaPolicy`` and ``--replica-policy``
+with ``spread`` (= ``distributed``) or ``packed``; two names that disagree are
+an error. NVIDIA's plugin ignores fields it does not know, so the file stays
+readable by it.
 
 Fields NVIDIA defines for other components (``gfd``, ``resources``, ``imex``,
 ``gdsEnabled``, ...) are accepted and ignored; anything else is an error,
@@ -53,7 +60,7 @@ from accel_plugins.backends.nvidia.allocate import (
     DEVICE_LIST_STRATEGIES,
     AllocateSettings,
 )
-from accel_plugins.backends.nvidia.replica_policy import POLICIES, SPREAD
+from accel_plugins.backends.nvidia.replica_policy import PACKED, POLICIES, SPREAD
 from accel_plugins.configfields import Fields
 from accel_plugins.errors import ConfigError
 
@@ -61,6 +68,9 @@ log = logging.getLogger(__name__)
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 REPLICA_POLICIES = POLICIES
+# NVIDIA's sharedDevicesAllocationPolicy values, and the replica policy each one names.
+SHARED_DEVICES_POLICIES = ("distributed", "packed")
+POLICY_OF_SHARED: dict[str, str] = {"distributed": SPREAD, "packed": PACKED}
 VERSION = "v1"
 DEFAULT_RECOVERY_SECONDS = 60.0
 # A million replicas took half a minute to build and could never reach the kubelet
@@ -90,6 +100,7 @@ _FLAGS = {
     "restartOnDeviceUnhealthy",
 }
 _PLUGIN = {
+    "sharedDevicesAllocationPolicy",
     "passDeviceSpecs",
     "deviceListStrategy",
     "deviceIDStrategy",
@@ -166,6 +177,7 @@ class Overrides:
     device_id_strategy: str | None = None
     health_recovery_seconds: float | None = None
     replica_policy: str | None = None
+    shared_devices_allocation_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +238,18 @@ def parse_config(data: object, source: str) -> FileConfig:
         _check_strategies(items, lambda reason: r.fail(where, reason))
         device_list = tuple(items)
     time_slicing, replica_policy = _parse_sharing(r, top.get("sharing"))
+    shared = r.optional(
+        plugin, "sharedDevicesAllocationPolicy", "flags.plugin", r.choice, SHARED_DEVICES_POLICIES
+    )
+    if shared is not None:
+        named = POLICY_OF_SHARED[shared]
+        if replica_policy is not None and replica_policy != named:
+            raise r.fail(
+                "sharing.timeSlicing.replicaPolicy",
+                f"{replica_policy!r} contradicts flags.plugin.sharedDevicesAllocationPolicy "
+                f"{shared!r} (the same setting: {SPREAD} is distributed)",
+            )
+        replica_policy = named
     return FileConfig(
         source=source,
         mig_strategy=r.optional(flags, "migStrategy", "flags", r.choice, MIG_STRATEGIES),
@@ -371,6 +395,18 @@ def resolve(
         return from_file if from_file is not None else default
 
     recovery = pick(overrides.health_recovery_seconds, None, DEFAULT_RECOVERY_SECONDS)
+    policy = overrides.replica_policy
+    if overrides.shared_devices_allocation_policy is not None:
+        named = POLICY_OF_SHARED[overrides.shared_devices_allocation_policy]
+        if policy is not None and policy != named:
+            raise ConfigError(
+                "--replica-policy",
+                "",
+                f"{policy!r} contradicts --shared-devices-allocation-policy "
+                f"{overrides.shared_devices_allocation_policy!r} (the same setting: "
+                f"{SPREAD} is distributed)",
+            )
+        policy = named
     assert isinstance(recovery, float | int)
     if recovery < 0:
         raise ConfigError("--health-recovery-seconds", "", f"must be >= 0, got {recovery}")
@@ -391,7 +427,7 @@ def resolve(
             cdi_annotation_prefix=f.cdi_annotation_prefix or DEFAULT_CDI_ANNOTATION_PREFIX,
         ),
         time_slicing=f.time_slicing,
-        replica_policy=str(pick(overrides.replica_policy, f.replica_policy, SPREAD)),
+        replica_policy=str(pick(policy, f.replica_policy, SPREAD)),
         disable_healthchecks=env.get("DP_DISABLE_HEALTHCHECKS", ""),
         enable_healthchecks=env.get("DP_ENABLE_HEALTHCHECKS", ""),
         health_recovery_seconds=float(recovery),

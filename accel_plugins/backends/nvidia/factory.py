@@ -36,6 +36,7 @@ def _overrides(options: Mapping[str, Any]) -> Overrides:
         device_id_strategy=options.get("device_id_strategy"),
         health_recovery_seconds=options.get("health_recovery_seconds"),
         replica_policy=options.get("replica_policy"),
+        shared_devices_allocation_policy=options.get("shared_devices_allocation_policy"),
     )
 
 
