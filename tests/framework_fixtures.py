@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,9 +15,9 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.plugin.backend import Backend, Publish
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.server import PluginServer
 from accel_plugins.plugin.servicer import DevicePluginServicer
+from accel_plugins.testing import ServedBackend, short_tempdir
 
 
 class ScriptedBackend:
@@ -77,9 +75,8 @@ class HookedBackend(ScriptedBackend):
 def plugin_dir() -> Iterator[Path]:
     # Unix socket paths are limited to 107 bytes and pytest's tmp paths are
     # long, so plugin dirs live directly under /tmp.
-    path = Path(tempfile.mkdtemp(prefix="ap-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with short_tempdir("ap-") as path:
+        yield path
 
 
 class Served:
@@ -116,34 +113,30 @@ async def serve_plugin(plugin_dir: Path) -> AsyncIterator[ServePlugin]:
         await served.server.stop(grace=0)
 
 
-class RunningManager:
-    def __init__(self, manager: Manager, task: asyncio.Task[None]) -> None:
-        self.manager = manager
-        self.task = task
-
+# The plugin's handle: .manager, .task (running manager.run()), .stop().
+RunningManager = ServedBackend
 
 StartManager = Callable[..., Awaitable[RunningManager]]
 
 
 @pytest.fixture
 async def start_manager(kubelet_dir: Path) -> AsyncIterator[StartManager]:
-    """Factory: run a Manager for a backend (or factory) against ``kubelet_dir``."""
+    """Factory: run a Manager for a backend (or factory) against ``kubelet_dir``.
+
+    ``accel_serve`` without its kubelet: these tests start (or withhold) the
+    emulator themselves, and may crash backends on purpose.
+    """
     running: list[RunningManager] = []
 
     async def start(backend: Backend | Callable[[], Backend], **settings: Any) -> RunningManager:
-        factory = backend if not isinstance(backend, Backend) else (lambda: backend)
-        options: dict[str, Any] = {"plugin_dir": kubelet_dir, "backoff_max": 0.5} | settings
-        manager = Manager(factory, ManagerSettings(**options))
-        task = asyncio.create_task(manager.run())
-        handle = RunningManager(manager, task)
+        options = {"plugin_dir": kubelet_dir} | settings
+        handle = ServedBackend.start(backend, **options, expect_crashes=True)
         running.append(handle)
         return handle
 
     yield start
     for handle in running:
-        await handle.manager.stop()
-        if handle.task.done() and not handle.task.cancelled():
-            handle.task.result()  # surface a crash of run() as a test error
+        await handle.stop()  # raises a crash of run() as a test error
 
 
 class LogWaiter(logging.Handler):

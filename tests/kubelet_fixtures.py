@@ -8,9 +8,7 @@ and whose devices and failures the test sets by hand.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -199,31 +197,25 @@ class StubPlugin(pb_grpc.DevicePluginServicer):
 MakePlugin = Callable[..., Awaitable[StubPlugin]]
 
 
+# The repo's names for the accel_plugins.testing plugin's fixtures (the plugin vendors use).
+
+
 @pytest.fixture
-def kubelet_dir() -> Iterator[Path]:
+def kubelet_dir(accel_plugin_dir: Path) -> Path:
     """A device plugin directory directly under /tmp: unix socket paths must stay < 108 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="kl-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    return accel_plugin_dir
 
 
 @pytest.fixture
-def kubelet_events() -> list[str]:
+def kubelet_events(accel_kubelet_events: list[str]) -> list[str]:
     """Every line the ``kubelet`` fixture reported through on_event."""
-    return []
+    return accel_kubelet_events
 
 
 @pytest.fixture
-async def kubelet(kubelet_dir: Path, kubelet_events: list[str]) -> AsyncIterator[Kubelet]:
+def kubelet(accel_kubelet: Kubelet) -> Kubelet:
     """A started emulator on ``kubelet_dir``, serving PodResources under ``pod-resources/``."""
-    emulator = Kubelet(
-        kubelet_dir,
-        pod_resources_socket=kubelet_dir / "pod-resources" / "kubelet.sock",
-        on_event=kubelet_events.append,
-        plugin_timeout=5.0,
-    )
-    async with emulator:
-        yield emulator
+    return accel_kubelet
 
 
 @pytest.fixture

@@ -81,7 +81,11 @@ def first_sorted(available: Iterable[str], count: int) -> list[str]:
 
 
 def check_preferred(
-    resource: str, preferred: Sequence[str], available: Sequence[str], count: int
+    resource: str,
+    preferred: Sequence[str],
+    available: Sequence[str],
+    count: int,
+    must_include: Sequence[str] = (),
 ) -> list[str]:
     """Validate a GetPreferredAllocation answer; raise naming what is wrong."""
     problems = []
@@ -93,6 +97,9 @@ def check_preferred(
     unknown = sorted(set(preferred) - set(available))
     if unknown:
         problems.append(f"device(s) not offered as available: {', '.join(unknown)}")
+    left_out = sorted(set(must_include) - set(preferred))
+    if left_out:
+        problems.append(f"must-include device(s) left out: {', '.join(left_out)}")
     if problems:
         raise InvalidPluginAnswerError(
             f"GetPreferredAllocation for {resource} is invalid: {'; '.join(problems)}"

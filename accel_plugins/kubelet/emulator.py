@@ -404,8 +404,14 @@ class Kubelet:
         count: int,
         *,
         namespace: str = DEFAULT_NAMESPACE,
+        must_include: Sequence[str] = (),
     ) -> AllocationRecord:
         """Allocate ``count`` devices of ``resource`` to a container, as at container creation.
+
+        ``must_include`` are devices the container must get (the kubelet's
+        reusable devices, e.g. an init container's): they are taken first, and
+        GetPreferredAllocation (when advertised) is asked only for the rest,
+        with them as its must-include list. Each must be healthy and free.
 
         A repeated call for the same container and resource returns the existing
         record (a container restart) when ``count`` matches.
@@ -420,7 +426,9 @@ class Kubelet:
                     f"{namespace}/{pod}/{container} holds {len(existing.device_ids)} of "
                     f"{resource}, cannot change the request to {count}"
                 )
-            record = await self._allocate_new(namespace, pod, container, resource, count)
+            record = await self._allocate_new(
+                namespace, pod, container, resource, count, list(must_include)
+            )
             records = [*self._book, record]
             try:
                 checkpoint.write(self.checkpoint_path, records)
@@ -434,7 +442,13 @@ class Kubelet:
         return record
 
     async def _allocate_new(
-        self, namespace: str, pod: str, container: str, resource: str, count: int
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        resource: str,
+        count: int,
+        must_include: list[str],
     ) -> AllocationRecord:
         if count < 1:
             raise KubeletError(f"cannot allocate {count} of {resource}: count must be positive")
@@ -446,13 +460,17 @@ class Kubelet:
             raise ResourceUnavailableError(f"the plugin of {resource} is not connected")
         taken = self._book.in_use(resource)
         available = [d for d in state.view().healthy if d not in taken]
+        _check_must_include(resource, must_include, available, count)
         if len(available) < count:
             raise InsufficientDevicesError(resource, count, len(available))
-        if endpoint.options.get_preferred_allocation_available:
-            answer = await endpoint.client.preferred(available, [], count)
-            chosen = check_preferred(resource, answer, available, count)
+        if len(must_include) == count:
+            chosen = list(must_include)  # as the kubelet: reusable devices alone suffice
+        elif endpoint.options.get_preferred_allocation_available:
+            answer = await endpoint.client.preferred(available, must_include, count)
+            chosen = check_preferred(resource, answer, available, count, must_include)
         else:
-            chosen = first_sorted(available, count)
+            rest = [d for d in available if d not in must_include]
+            chosen = must_include + first_sorted(rest, count - len(must_include))
         [response] = await endpoint.client.allocate([chosen])
         if endpoint.options.pre_start_required:
             await endpoint.client.pre_start(chosen)
@@ -474,6 +492,22 @@ class Kubelet:
         held = ", ".join(f"{r.resource} {'/'.join(r.device_ids)}" for r in freed)
         self._event(f"released {namespace}/{pod}: {held}")
         self._notify()
+
+
+def _check_must_include(
+    resource: str, must_include: Sequence[str], available: Sequence[str], count: int
+) -> None:
+    problems = []
+    if len(must_include) > count:
+        problems.append(f"{len(must_include)} must-include device(s) for a request of {count}")
+    repeated = sorted({d for d in must_include if must_include.count(d) > 1})
+    if repeated:
+        problems.append(f"repeated device(s) {', '.join(repeated)}")
+    missing = sorted(set(must_include) - set(available))
+    if missing:
+        problems.append(f"not healthy and free: {', '.join(missing)}")
+    if problems:
+        raise KubeletError(f"cannot allocate {resource}: {'; '.join(problems)}")
 
 
 async def serve(

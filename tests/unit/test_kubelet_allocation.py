@@ -237,3 +237,83 @@ async def test_concurrent_allocations_never_share_devices(
     )
 
     assert sorted(r.device_ids[0] for r in records) == ["w0", "w1", "w2", "w3"]
+
+
+# -- must-include devices (the kubelet's reusable devices) ----------------------------
+
+
+async def test_must_include_devices_alone_skip_the_preference(
+    kubelet: Kubelet, make_plugin: MakePlugin
+) -> None:
+    plugin = await make_plugin(widgets(4), options=PREFERRED)
+    await register(kubelet, plugin)
+
+    record = await kubelet.allocate("pod-a", "main", RESOURCE, 2, must_include=["w3", "w0"])
+
+    assert record.device_ids == ("w3", "w0")
+    assert "GetPreferredAllocation" not in plugin.calls
+    assert plugin.allocate_requests == [[["w3", "w0"]]]
+
+
+async def test_the_rest_is_asked_with_the_must_include_list(
+    kubelet: Kubelet, make_plugin: MakePlugin
+) -> None:
+    def keep_must(available: list[str], must: list[str], size: int) -> list[str]:
+        rest = sorted((d for d in available if d not in must), reverse=True)
+        return must + rest[: size - len(must)]
+
+    plugin = await make_plugin(widgets(4), options=PREFERRED, preferred=keep_must)
+    await register(kubelet, plugin)
+
+    record = await kubelet.allocate("pod-a", "main", RESOURCE, 2, must_include=["w1"])
+
+    assert plugin.preferred_requests == [(["w0", "w1", "w2", "w3"], ["w1"], 2)]
+    assert record.device_ids == ("w1", "w3")
+
+
+async def test_without_preference_must_include_comes_first(
+    kubelet: Kubelet, make_plugin: MakePlugin
+) -> None:
+    plugin = await make_plugin(widgets(4))
+    await register(kubelet, plugin)
+
+    record = await kubelet.allocate("pod-a", "main", RESOURCE, 3, must_include=["w2"])
+
+    assert record.device_ids == ("w2", "w0", "w1")
+
+
+async def test_a_preference_that_drops_a_must_include_device_is_refused(
+    kubelet: Kubelet, make_plugin: MakePlugin
+) -> None:
+    plugin = await make_plugin(widgets(4), options=PREFERRED)  # prefers the highest IDs
+    await register(kubelet, plugin)
+
+    with pytest.raises(InvalidPluginAnswerError, match="must-include device"):
+        await kubelet.allocate("pod-a", "main", RESOURCE, 2, must_include=["w0"])
+    assert kubelet.allocations == []
+
+
+@pytest.mark.parametrize(
+    ("must_include", "count", "problem"),
+    [
+        (["w0", "w1"], 1, "2 must-include device"),
+        (["w1", "w1"], 2, "repeated device"),
+        (["w9"], 1, "not healthy and free: w9"),
+        (["w0"], 1, "not healthy and free: w0"),  # unhealthy
+        (["w2"], 1, "not healthy and free: w2"),  # held by pod-a
+    ],
+)
+async def test_must_include_devices_must_be_healthy_free_and_few_enough(
+    kubelet: Kubelet,
+    make_plugin: MakePlugin,
+    must_include: list[str],
+    count: int,
+    problem: str,
+) -> None:
+    plugin = await make_plugin(widgets(4, unhealthy=["w0"]))
+    await register(kubelet, plugin)
+    await kubelet.allocate("pod-a", "main", RESOURCE, 1, must_include=["w2"])
+
+    with pytest.raises(KubeletError, match=problem):
+        await kubelet.allocate("pod-b", "main", RESOURCE, count, must_include=must_include)
+    assert plugin.allocate_requests == [[["w2"]]]
