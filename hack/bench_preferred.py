@@ -37,9 +37,9 @@ for path in (ROOT, ROOT / "hack"):  # also runs on its own: python hack/bench_pr
 
 from benchlib import Row, percentile  # noqa: E402
 
-from accel_plugins.backends.nvidia.allocate import generated_mig_minors  # noqa: E402
 from accel_plugins.backends.nvidia.backend import NvidiaBackend  # noqa: E402
 from accel_plugins.backends.nvidia.config import NvidiaSettings  # noqa: E402
+from accel_plugins.backends.nvidia.container_contract import generated_mig_minors  # noqa: E402
 from accel_plugins.backends.nvidia.facts import gpu_facts  # noqa: E402
 from accel_plugins.backends.nvidia.pair_score import link_score  # noqa: E402
 from accel_plugins.backends.nvidia.profile import parse_profile  # noqa: E402

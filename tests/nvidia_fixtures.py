@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia.allocate import AllocateSettings, generated_mig_minors
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.config import NvidiaSettings, TimeSlicing
+from accel_plugins.backends.nvidia.container_contract import AllocateSettings, generated_mig_minors
 from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.backends.nvidia.profile import NodeProfile, parse_profile
 from accel_plugins.backends.nvidia.profiles import load_profile

@@ -9,8 +9,8 @@ import socket
 import sys
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.allocate import generated_mig_minors
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
+from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.profile import SimEvent
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.kubelet import Kubelet

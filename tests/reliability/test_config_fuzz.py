@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from accel_plugins.backends.generic.config import OUTSIDE_DEV_KEY, load_config
-from accel_plugins.backends.nvidia.allocate import generated_mig_minors
 from accel_plugins.backends.nvidia.backend import create_backend
 from accel_plugins.backends.nvidia.config import FileConfig, NvidiaSettings, Overrides, resolve
 from accel_plugins.backends.nvidia.config import load_config_file as load_nvidia_config
+from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.profile import load_profile_file
 from accel_plugins.backends.nvidia.profiles import load_profile
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml

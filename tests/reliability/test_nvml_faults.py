@@ -14,8 +14,8 @@ import threading
 import time
 import tracemalloc
 
-from accel_plugins.backends.nvidia.allocate import generated_mig_minors
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
+from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.nvml import EventSet, Handle, XidEvent
 from accel_plugins.backends.nvidia.profiles import load_profile

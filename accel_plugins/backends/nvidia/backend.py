@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-from accel_plugins.backends.nvidia.allocate import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.container_contract import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel_plugins import yamlfile
-from accel_plugins.backends.nvidia.allocate import (
+from accel_plugins.backends.nvidia.container_contract import (
     DEFAULT_CDI_ANNOTATION_PREFIX,
     DEVICE_ID_STRATEGIES,
     DEVICE_LIST_STRATEGIES,

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accel_plugins.backends.nvidia.allocate import generated_mig_minors
 from accel_plugins.backends.nvidia.backend import create_backend
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
@@ -18,6 +17,7 @@ from accel_plugins.backends.nvidia.config import (
     load_config_file,
     resolve,
 )
+from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.backends.nvidia.profile import NodeProfile
 from accel_plugins.backends.nvidia.profiles import load_profile

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.allocate import gpu_nodes, mig_nodes
+from accel_plugins.backends.nvidia.container_contract import gpu_nodes, mig_nodes
 from accel_plugins.backends.nvidia.discovery import Gpu, MigDevice, Node
 from accel_plugins.backends.nvidia.facts import GpuFacts
 from accel_plugins.errors import BackendError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.backends.nvidia.allocate import (
+from accel_plugins.backends.nvidia.container_contract import (
     AllocateSettings,
     container_allocation,
     generated_mig_minors,
