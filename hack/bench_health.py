@@ -24,8 +24,8 @@ from bench_generic_hotplug import bench_inotify, bench_umockdev
 from benchlib import Row, percentile
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
+from accel_plugins.backends.nvidia.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.config import NvidiaSettings
-from accel_plugins.backends.nvidia.profiles import load_profile
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.plugin.backend import Backend

@@ -403,7 +403,7 @@ def test_mirrored_constants_match_their_sources() -> None:
     from accel_plugins.backends.generic.backend import DEFAULT_RESCAN_INTERVAL
     from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE
     from accel_plugins.backends.generic.monitor import UdevSource
-    from accel_plugins.backends.nvidia import config, container_contract, profiles
+    from accel_plugins.backends.nvidia import builtin_profiles, config, container_contract
     from accel_plugins.metrics import DEFAULT_METRICS_ADDRESS
     from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR
     from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET
@@ -413,7 +413,7 @@ def test_mirrored_constants_match_their_sources() -> None:
     assert nvidia_command.SHARED_DEVICES_POLICIES == config.SHARED_DEVICES_POLICIES
     assert nvidia_command.DEFAULT_RECOVERY_SECONDS == config.DEFAULT_RECOVERY_SECONDS
     assert nvidia_command.DEVICE_ID_STRATEGIES == container_contract.DEVICE_ID_STRATEGIES
-    assert list(nvidia_command.SIMULATED_PROFILES) == profiles.names()
+    assert list(nvidia_command.SIMULATED_PROFILES) == builtin_profiles.names()
     assert tuple(s.value for s in UdevSource) == generic_command.UDEV_SOURCES
     assert generic_command.DEFAULT_RESCAN_INTERVAL == DEFAULT_RESCAN_INTERVAL
     assert generic_command.DEFAULT_VANISHED_GRACE == DEFAULT_VANISHED_GRACE

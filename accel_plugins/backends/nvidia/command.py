@@ -3,7 +3,7 @@
 Cheap to import: ``accel-plugins --help`` loads it to list the backend. NVML,
 YAML and the backend itself are imported inside :func:`build`. The choices
 below mirror constants of the heavy modules (config.py, container_contract.py,
-profiles.py); tests/unit/test_cli_backends.py keeps them equal.
+builtin_profiles.py); tests/unit/test_cli_backends.py keeps them equal.
 
 Every flag has its ``ACCEL_PLUGINS_<FLAG>`` twin and, where NVIDIA's plugin has
 one, NVIDIA's own variable (``MIG_STRATEGY``, ``CONFIG_FILE``...). Unset flags

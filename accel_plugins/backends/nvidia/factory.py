@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
+from accel_plugins.backends.nvidia.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     Overrides,
@@ -19,9 +20,8 @@ from accel_plugins.backends.nvidia.config import (
 )
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.nvml import Pynvml
-from accel_plugins.backends.nvidia.profile import NodeProfile
-from accel_plugins.backends.nvidia.profiles import load_profile
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory
 

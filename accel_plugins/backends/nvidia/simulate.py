@@ -43,7 +43,12 @@ from accel_plugins.backends.nvidia.nvml import (
     XidEvent,
 )
 from accel_plugins.backends.nvidia.pair_score import LEVEL_OF_PCIE, parse_link
-from accel_plugins.backends.nvidia.profile import NodeProfile, SimEvent, mig_uuid, nv_links
+from accel_plugins.backends.nvidia.simulated_profile import (
+    NodeProfile,
+    SimEvent,
+    mig_uuid,
+    nv_links,
+)
 
 _UNINITIALIZED = 1
 _NOT_SUPPORTED = 3

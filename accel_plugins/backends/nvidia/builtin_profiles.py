@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.profile import NodeProfile, load_profile_file, parse_profile
+from accel_plugins.backends.nvidia.simulated_profile import (
+    NodeProfile,
+    load_profile_file,
+    parse_profile,
+)
 from accel_plugins.errors import ConfigError
 
 

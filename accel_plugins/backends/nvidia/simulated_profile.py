@@ -1,7 +1,7 @@
 """Simulated node descriptions: the data table behind the simulated NVML.
 
 A profile is what ``--simulate FILE`` reads (YAML) and what the built-in
-profiles in ``profiles.py`` are written as (plain dicts of the same shape)::
+profiles in ``builtin_profiles.py`` are written as (plain dicts of the same shape)::
 
     gpus:                          # in index order
       - name: NVIDIA A100-SXM4-80GB
