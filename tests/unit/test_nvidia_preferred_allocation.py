@@ -172,6 +172,37 @@ def test_devices_without_gpu_facts_use_the_numa_default() -> None:
     assert list(backend.preferred_allocation(GPU, devices, [], 2)) == ["d2", "d3"]
 
 
+@pytest.mark.parametrize(
+    ("spec", "resource", "pick", "expected"),
+    [
+        pytest.param("pcie-4gpu", GPU, ["0"], False, id="one GPU: nothing to choose"),
+        pytest.param("pcie-4gpu", GPU, ["0", "1"], True, id="two GPUs"),
+        pytest.param("a100-mig", "nvidia.com/mig-1g.5gb", ["0:2", "0:3"], False, id="MIGs on one"),
+        pytest.param("a100-mig", "nvidia.com/mig-1g.5gb", ["0:2", "1:0"], True, id="MIGs on two"),
+    ],
+)
+def test_a_preference_needs_two_physical_gpus(
+    spec: str, resource: str, pick: list[str], expected: bool
+) -> None:
+    backend, resources = built(spec, mig_strategy="mixed")
+    by_name = {short(d): d for d in resources[resource]}
+    assert backend.has_preference(resource, [by_name[p] for p in pick]) is expected
+
+
+def test_replicas_of_one_gpu_are_interchangeable() -> None:
+    backend, resources = built("pcie-4gpu", sharing=share_all(4))
+    replicas = [d for d in resources[GPU] if gpu_facts(d).gpu_index == 0]
+    assert len(replicas) == 4
+    assert not backend.has_preference(GPU, replicas)
+    assert backend.has_preference(GPU, resources[GPU])
+
+
+def test_devices_without_gpu_facts_fall_back_to_numa() -> None:
+    backend, _ = built("pcie-4gpu")
+    assert backend.has_preference(GPU, [Device("a", numa_nodes=(0,)), Device("b", numa_nodes=(1,))])
+    assert not backend.has_preference(GPU, [Device("a", numa_nodes=(0,)), Device("b")])
+
+
 # -- where the replica policy is set ---------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
@@ -12,7 +12,7 @@ from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.container_contract import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
-from accel_plugins.backends.nvidia.facts import gpu_facts
+from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
@@ -21,7 +21,7 @@ from accel_plugins.backends.nvidia.resources import MigStrategyError, build_reso
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError
-from accel_plugins.plugin.allocation import check_preferred_request
+from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
 
@@ -148,6 +148,21 @@ class NvidiaBackend:
                 "shared resources allow at most 1 per container (failRequestsGreaterThanOne)"
             )
         return container_allocation(devices, self.settings.allocate)
+
+    def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
+        """Something to choose once the devices sit on two physical GPUs or more.
+
+        Replicas and MIG devices of one GPU are interchangeable to the policies.
+        """
+        gpus: set[int] = set()
+        for device in devices:
+            facts = known_gpu(device)
+            if facts is None:
+                return spans_numa_nodes(devices)
+            gpus.add(facts.gpu_index)
+            if len(gpus) > 1:
+                return True
+        return False
 
     def preferred_allocation(
         self,
