@@ -55,6 +55,8 @@ EXIT_CONFIG = 2
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_METRICS_ADDRESS = ":9478"
+DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+REGISTRATION_MODES = ("kubelet", "plugin-watcher")
 
 # Where the common flags land in the parsed arguments: a backend option may not take these.
 COMMON_DESTS = frozenset(
@@ -65,6 +67,8 @@ COMMON_DESTS = frozenset(
         "kubelet_socket",
         "metrics_address",
         "pod_resources_socket",
+        "registration",
+        "plugins_registry_dir",
         "log_format",
         "log_level",
     }
@@ -193,6 +197,32 @@ def _add_kubelet_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def absolute_path(text: str) -> Path:
+    """A flag's path that must be absolute (the kubelet dials it from its own cwd)."""
+    path = Path(text)
+    if not path.is_absolute():
+        raise argparse.ArgumentTypeError(f"{text!r} must be an absolute path")
+    return path
+
+
+def _add_registration_flags(parser: argparse.ArgumentParser) -> None:
+    add_flag(
+        parser,
+        "--registration",
+        default="kubelet",
+        choices=REGISTRATION_MODES,
+        help="how resources get registered: kubelet (Register on the kubelet socket) or "
+        "plugin-watcher (a registration socket in --plugins-registry-dir)",
+    )
+    add_flag(
+        parser,
+        "--plugins-registry-dir",
+        type=absolute_path,
+        default=DEFAULT_PLUGINS_REGISTRY_DIR,
+        help="directory the kubelet's plugin watcher watches (--registration plugin-watcher)",
+    )
+
+
 def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
@@ -239,6 +269,7 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
         return
     p = sub.add_parser(backend.name, help=command.summary, description=command.summary)
     _add_kubelet_flags(p)
+    _add_registration_flags(p)
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
     _add_logging_flags(p)
@@ -284,6 +315,14 @@ def build_parser(
         type=Path,
         default=None,
         help="also serve the PodResources API on this socket",
+    )
+    add_flag(
+        p,
+        "--plugins-registry-dir",
+        type=absolute_path,
+        default=None,
+        help="also register the plugins whose sockets appear here, as the kubelet's plugin "
+        "watcher does (the kubelet's is /var/lib/kubelet/plugins_registry)",
     )
     _add_logging_flags(p)
     return parser
@@ -362,6 +401,11 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
     missing = _missing(command.requires)
     if missing:
         return _not_installed(name, command, missing)
+    if args.registration == "plugin-watcher" and args.plugins_registry_dir == args.plugin_dir:
+        # Both sockets of a resource carry its name: one directory cannot hold both.
+        raise ConfigError(
+            "--plugins-registry-dir", "", f"{args.plugin_dir} must differ from --plugin-dir"
+        )
     from accel_plugins.metrics import parse_address
     from accel_plugins.plugin.manager import ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
@@ -381,7 +425,12 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         if exc.name is not None and exc.name.partition(".")[0] in command.requires:
             return _not_installed(name, command, [exc.name])
         raise
-    settings = ManagerSettings(plugin_dir=args.plugin_dir, kubelet_socket=args.kubelet_socket)
+    settings = ManagerSettings(
+        plugin_dir=args.plugin_dir,
+        kubelet_socket=args.kubelet_socket,
+        registration=args.registration,
+        plugins_registry_dir=args.plugins_registry_dir,
+    )
     return asyncio.run(serve(factory, settings, metrics_address, pod_resources))
 
 
@@ -401,6 +450,9 @@ def _run_kubelet(args: argparse.Namespace) -> int:
     if socket is not None and socket.parent != plugin_dir:
         # Plugins name their endpoint relative to the kubelet socket's directory.
         raise ConfigError("--kubelet-socket", "", f"{socket} must be inside --plugin-dir")
+    registry: Path | None = args.plugins_registry_dir
+    if registry is not None and registry == plugin_dir:
+        raise ConfigError("--plugins-registry-dir", "", f"{registry} must differ from --plugin-dir")
 
     def echo(line: str) -> None:
         print(line, flush=True)
@@ -412,6 +464,7 @@ def _run_kubelet(args: argparse.Namespace) -> int:
                 pod_resources_socket=args.pod_resources_socket,
                 on_event=echo,
                 socket_name=socket.name if socket else "kubelet.sock",
+                plugins_registry_dir=registry,
             )
         )
         loop = asyncio.get_running_loop()

@@ -4,8 +4,10 @@ It serves the Registration service on ``<plugin_dir>/kubelet.sock``, opens a
 ListAndWatch stream to every registered plugin, tracks capacity and health,
 allocates devices to (pod, container) pairs through the plugin's
 GetPreferredAllocation / Allocate / PreStartContainer calls, checkpoints the
-allocations, and optionally serves the PodResources v1 API. It speaks only the
-public API, so it works against any vendor's plugin.
+allocations, and optionally serves the PodResources v1 API. With a
+``plugins_registry_dir`` it also registers plugins the way the kubelet's plugin
+watcher does (plugin_watcher.py). It speaks only the public API, so it works
+against any vendor's plugin.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from accel_plugins.kubelet.errors import (
     UnknownResourceError,
 )
 from accel_plugins.kubelet.model import DeviceState, PluginOptions
+from accel_plugins.kubelet.names import SUPPORTED_VERSIONS, resource_name_problem
+from accel_plugins.kubelet.plugin_watcher import PluginWatcher
 from accel_plugins.kubelet.podresources import PodResourcesServicer
 from accel_plugins.kubelet.registration import (
     Registration,
@@ -108,8 +112,14 @@ class Kubelet:
         checkpoint_name: str = DEFAULT_CHECKPOINT_NAME,
         on_event: EventSink | None = None,
         plugin_timeout: float = DEFAULT_TIMEOUT,
+        plugins_registry_dir: Path | None = None,
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
+        # Where the plugin watcher looks for registration sockets; None: no plugin watcher.
+        self.plugins_registry_dir = (
+            None if plugins_registry_dir is None else Path(plugins_registry_dir)
+        )
+        self._plugin_watcher: PluginWatcher | None = None
         self.socket_path = self.plugin_dir / socket_name
         self.pod_resources_socket = pod_resources_socket
         self.checkpoint_path = self.plugin_dir / checkpoint_name
@@ -247,6 +257,19 @@ class Kubelet:
             )
             await self._serve(pod_resources, socket)
             self._event(f"pod resources service listening on {socket}")
+        if self.plugins_registry_dir is not None:
+            watcher = PluginWatcher(
+                self.plugins_registry_dir,
+                register=self._register_watched,
+                deregister=self._deregister_watched,
+                on_event=self._event,
+            )
+            self._plugin_watcher = watcher
+            try:
+                await watcher.start()
+            except KubeletError:
+                await self.stop()
+                raise
         self._notify()
 
     async def _serve(self, server: grpc.aio.Server, socket: Path) -> None:
@@ -273,6 +296,9 @@ class Kubelet:
     async def stop(self) -> None:
         """Stop serving and close every plugin stream; safe to call again."""
         self._running = False
+        watcher, self._plugin_watcher = self._plugin_watcher, None
+        if watcher is not None:
+            await watcher.stop()
         servers, self._servers = self._servers, []
         for server in servers:
             await server.stop(None)
@@ -324,7 +350,13 @@ class Kubelet:
         problem = request_problem(request)
         if problem is not None:
             self._refuse(request, grpc.StatusCode.INVALID_ARGUMENT, problem)
-        client = PluginClient(self.plugin_dir / request.endpoint, timeout=self.plugin_timeout)
+        await self._connect(request, self.plugin_dir / request.endpoint)
+
+    async def _connect(
+        self, request: pb.RegisterRequest, socket: Path, *, source: str = "register"
+    ) -> Endpoint:
+        """Dial a valid plugin's socket and take it on (Register and the plugin watcher)."""
+        client = PluginClient(socket, timeout=self.plugin_timeout)
         client.open()
         try:
             # Asked before answering Register, as the kubelet does: a plugin that
@@ -337,22 +369,66 @@ class Kubelet:
                 grpc.StatusCode.UNAVAILABLE,
                 f"cannot reach the plugin of {request.resource_name}: {e}",
             )
+        except asyncio.CancelledError:
+            await client.close()
+            raise
         if not self._running:
             await client.close()
             raise RegistrationRefusedError(grpc.StatusCode.UNAVAILABLE, "kubelet is stopping")
-        self._install(request, client, options)
+        return self._install(request, client, options, source=source)
+
+    async def _register_watched(
+        self, name: str, endpoint: str, versions: list[str], socket: Path
+    ) -> Endpoint:
+        """The device manager's plugin handler: validate, then connect as after Register."""
+        version = next((v for v in versions if v in SUPPORTED_VERSIONS), None)
+        request = pb.RegisterRequest(version=version or ",".join(versions), endpoint=endpoint)
+        request.resource_name = name
+        if version is None:
+            self._refuse(
+                request,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"manager version, {SUPPORTED_VERSIONS[0]}, is not among plugin supported "
+                f"versions {versions}",
+            )
+        problem = resource_name_problem(name)
+        if problem is not None:
+            self._refuse(request, grpc.StatusCode.INVALID_ARGUMENT, problem)
+        return await self._connect(request, Path(endpoint), source=f"plugin watcher ({socket})")
+
+    async def _deregister_watched(self, endpoint: Endpoint, socket: Path) -> None:
+        """The plugin's registration socket is gone: close its stream, devices unhealthy."""
+        state = self._current(endpoint)
+        await endpoint.stop()
+        if state is None:
+            return  # replaced since by another registration
+        state.disconnect()
+        self._event(
+            f"deregistered {endpoint.resource}: registration socket {socket} is gone; "
+            "devices unhealthy until it registers again"
+        )
+        self._notify()
 
     def _install(
-        self, request: pb.RegisterRequest, client: PluginClient, options: PluginOptions
-    ) -> None:
+        self,
+        request: pb.RegisterRequest,
+        client: PluginClient,
+        options: PluginOptions,
+        *,
+        source: str = "register",
+    ) -> Endpoint:
         name = request.resource_name
         self.registrations.append(
             Registration(
                 version=request.version,
                 endpoint=request.endpoint,
                 resource_name=name,
-                options=PluginOptions.from_proto(request.options),
+                # What a Register request carried; the plugin watcher has only the answer.
+                options=PluginOptions.from_proto(request.options)
+                if source == "register"
+                else options,
                 at=time.monotonic(),
+                source=source,
             )
         )
         state = self._resources.setdefault(name, ResourceState(name, options))
@@ -363,12 +439,14 @@ class Kubelet:
         if old is not None:
             self._spawn(old.stop())
         endpoint.start()
+        via = "" if source == "register" else f" by the {source}"
         self._event(
-            f"registered {name} at {request.endpoint} ({request.version}; "
+            f"registered {name} at {request.endpoint}{via} ({request.version}; "
             f"pre_start_required={options.pre_start_required}, "
             f"get_preferred_allocation_available={options.get_preferred_allocation_available})"
         )
         self._notify()
+        return endpoint
 
     def _current(self, endpoint: Endpoint) -> ResourceState | None:
         state = self._resources.get(endpoint.resource)
@@ -516,6 +594,7 @@ async def serve(
     pod_resources_socket: Path | None = None,
     on_event: EventSink | None = None,
     socket_name: str = DEFAULT_SOCKET_NAME,
+    plugins_registry_dir: Path | None = None,
 ) -> None:
     """Run the emulator until cancelled, reporting what happens through ``on_event``."""
     async with Kubelet(
@@ -523,5 +602,6 @@ async def serve(
         socket_name=socket_name,
         pod_resources_socket=pod_resources_socket,
         on_event=on_event,
+        plugins_registry_dir=plugins_registry_dir,
     ):
         await asyncio.Future()

@@ -20,13 +20,20 @@ from accel_plugins.kubelet.names import resource_name_problem, version_problem
 
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """An accepted Register call; ``options`` are those the request carried."""
+    """An accepted registration: a Register call, or a plugin the plugin watcher found.
+
+    ``options`` are those a Register request carried; for the plugin watcher,
+    which has no request, those GetDevicePluginOptions answered. ``endpoint`` is
+    relative to the device plugin directory for Register, and the path GetInfo
+    named for the plugin watcher.
+    """
 
     version: str
     endpoint: str
     resource_name: str
     options: PluginOptions
     at: float  # time.monotonic() when accepted
+    source: str = "register"  # or "plugin watcher (<registration socket>)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,21 @@ class ResourcePlugin:
         self._backoff.reset()
         self._kick.set()
 
+    def kubelet_started(self, kubelet: int | None) -> None:
+        """``kubelet.sock`` was created (identity ``kubelet``): a new kubelet forgot us."""
+        if self.registered_with != kubelet:
+            self.registered_with = None
+            if self.serving:
+                self.register()  # right now, not after the backoff
+            else:
+                self.kick()
+
+    def check_registration(self, kubelet: int | None) -> None:
+        """After a socket check: register again if the kubelet changed since we did."""
+        if self.registered_with is not None and self.registered_with != kubelet:
+            self.registered_with = None
+            self.register()
+
     def _cancel_registration(self) -> None:
         if self._register_task is not None and not self._register_task.done():
             self._register_task.cancel()

@@ -5,6 +5,9 @@ it serves: resources appear (start + register), change (update the streams)
 or vanish (stop). It watches the kubelet's socket directory so a kubelet
 restart, seen either as kubelet.sock being re-created or as our own socket
 being removed, leads to re-serving and re-registering within milliseconds.
+With ``registration="plugin-watcher"`` the kubelet's plugin watcher registers
+each resource through a socket in the plugins_registry directory instead
+(plugin_watcher.py); the manager then watches that directory too.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
-from accel_plugins.errors import AccelPluginsError, InvalidSnapshotError
+from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device, DeviceTree, Health
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
+from accel_plugins.plugin.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, WatchedResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff
 from accel_plugins.plugin.server import ServeError, socket_name
@@ -37,6 +42,11 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 PLUGIN_DIR_MODE = 0o750
 
 BackendFactory = Callable[[], Backend]
+
+# How a resource gets registered: by calling Register on kubelet.sock, or by serving
+# the kubelet's plugin watcher a registration socket in plugins_registry_dir.
+RegistrationMode = Literal["kubelet", "plugin-watcher"]
+REGISTRATION_MODES: tuple[str, ...] = get_args(RegistrationMode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +69,25 @@ class ManagerSettings:
     backend_stable_after: float = 60.0
     # Deadline of each backend hook call (allocate, preferred allocation, pre-start).
     hook_timeout: float = 10.0
+    registration: RegistrationMode = "kubelet"
+    # Where the kubelet's plugin watcher looks for sockets (registration="plugin-watcher").
+    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
+
+    def __post_init__(self) -> None:
+        if self.registration not in REGISTRATION_MODES:
+            raise ConfigError(
+                "registration",
+                "",
+                f"{self.registration!r} is not one of {', '.join(REGISTRATION_MODES)}",
+            )
 
     @property
     def kubelet_socket_path(self) -> Path:
         return self.kubelet_socket or self.plugin_dir / KUBELET_SOCKET_NAME
+
+    @property
+    def plugin_watcher(self) -> bool:
+        return self.registration == "plugin-watcher"
 
 
 class _Event(enum.Enum):
@@ -115,6 +140,8 @@ class Manager:
         self._running = True
         self._fatal = None
         self.settings.plugin_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
+        if self.settings.plugin_watcher:
+            self.settings.plugins_registry_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
         self._note_kubelet(self._kubelet_identity())
         self._restart_backend()
@@ -198,6 +225,8 @@ class Manager:
     def _watch(self) -> DirWatcher | None:
         kubelet_socket = self.settings.kubelet_socket_path
         dirs = {self.settings.plugin_dir, kubelet_socket.parent}
+        if self.settings.plugin_watcher:
+            dirs.add(self.settings.plugins_registry_dir)  # our registration sockets
         try:
             watcher = DirWatcher(self._on_dir_event)
             for directory in sorted(dirs):
@@ -248,13 +277,8 @@ class Manager:
         identity = self._kubelet_identity()
         self._note_kubelet(identity, created=True)
         for plugin in self._plugins.values():
-            if plugin.registered_with != identity:
-                # A new kubelet forgets every plugin: register again, right now.
-                plugin.registered_with = None
-                if plugin.serving:
-                    plugin.register()
-                else:
-                    plugin.kick()
+            # A new kubelet forgets every plugin: register again, right now.
+            plugin.kubelet_started(identity)
         self._post(_Event.CHECK)
 
     async def _check(self) -> None:
@@ -274,9 +298,8 @@ class Manager:
                     log.error(
                         "resource %s: %s; trying again on the next check", plugin.resource, exc
                     )
-            elif plugin.registered_with is not None and plugin.registered_with != identity:
-                plugin.registered_with = None
-                plugin.register()
+            else:
+                plugin.check_registration(identity)
 
     # -- snapshots -------------------------------------------------------------
 
@@ -294,17 +317,7 @@ class Manager:
                 if changed and plugin.update(devices):
                     await plugin.restart(RestartReason.OPTIONS_CHANGED)
                 continue
-            plugin = ResourcePlugin(
-                resource,
-                self.settings.plugin_dir / socket_name(self.settings.socket_prefix, resource),
-                self.settings.kubelet_socket_path,
-                self._capabilities,
-                devices,
-                kubelet_identity=self._kubelet_identity,
-                register_timeout=self.settings.register_timeout,
-                backoff=Backoff(self.settings.backoff_initial, self.settings.backoff_max),
-                metrics=self._metrics,
-            )
+            plugin = self._new_plugin(resource, devices)
             self._plugins[resource] = plugin
             try:
                 await plugin.serve()
@@ -313,6 +326,34 @@ class Manager:
                 log.error("resource %s: %s; trying again on the next check", resource, exc)
                 continue
             plugin.register()
+
+    def _new_plugin(self, resource: str, devices: Mapping[str, Device]) -> ResourcePlugin:
+        settings = self.settings
+        name = socket_name(settings.socket_prefix, resource)
+        args = (
+            resource,
+            settings.plugin_dir / name,
+            settings.kubelet_socket_path,
+            self._capabilities,
+            devices,
+        )
+        backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        if settings.plugin_watcher:
+            return WatchedResourcePlugin(
+                *args,
+                kubelet_identity=self._kubelet_identity,
+                register_timeout=settings.register_timeout,
+                backoff=backoff,
+                metrics=self._metrics,
+                registration_socket=settings.plugins_registry_dir / name,
+            )
+        return ResourcePlugin(
+            *args,
+            kubelet_identity=self._kubelet_identity,
+            register_timeout=settings.register_timeout,
+            backoff=backoff,
+            metrics=self._metrics,
+        )
 
     # -- backend ---------------------------------------------------------------
 
