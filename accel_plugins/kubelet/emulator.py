@@ -483,13 +483,20 @@ class Kubelet:
         *,
         namespace: str = DEFAULT_NAMESPACE,
         must_include: Sequence[str] = (),
+        pre_start: bool = True,
     ) -> AllocationRecord:
         """Allocate ``count`` devices of ``resource`` to a container, as at container creation.
 
         ``must_include`` are devices the container must get (the kubelet's
         reusable devices, e.g. an init container's): they are taken first, and
         GetPreferredAllocation (when advertised) is asked only for the rest,
-        with them as its must-include list. Each must be healthy and free.
+        with them as its must-include list. Each must be healthy and free, or
+        held by another container of the same pod (its init containers' devices,
+        which the kubelet lets the next containers reuse).
+
+        PreStartContainer follows Allocate when the plugin requires it; with
+        ``pre_start=False`` it is left to the caller, as the kubelet calls it at
+        container start (``client(resource).pre_start(...)``).
 
         A repeated call for the same container and resource returns the existing
         record (a container restart) when ``count`` matches.
@@ -505,7 +512,7 @@ class Kubelet:
                     f"{resource}, cannot change the request to {count}"
                 )
             record = await self._allocate_new(
-                namespace, pod, container, resource, count, list(must_include)
+                namespace, pod, container, resource, count, list(must_include), pre_start
             )
             records = [*self._book, record]
             try:
@@ -527,6 +534,7 @@ class Kubelet:
         resource: str,
         count: int,
         must_include: list[str],
+        pre_start: bool = True,
     ) -> AllocationRecord:
         if count < 1:
             raise KubeletError(f"cannot allocate {count} of {resource}: count must be positive")
@@ -537,7 +545,14 @@ class Kubelet:
         if endpoint is None or not state.connected:
             raise ResourceUnavailableError(f"the plugin of {resource} is not connected")
         taken = self._book.in_use(resource)
-        available = [d for d in state.view().healthy if d not in taken]
+        # The pod's own devices are offered again only where they are named for reuse.
+        reuse = set(must_include) & {
+            d
+            for r in self._book.of_pod(namespace, pod)
+            if r.resource == resource
+            for d in r.device_ids
+        }
+        available = [d for d in state.view().healthy if d not in taken or d in reuse]
         _check_must_include(resource, must_include, available, count)
         if len(available) < count:
             raise InsufficientDevicesError(resource, count, len(available))
@@ -550,7 +565,7 @@ class Kubelet:
             rest = [d for d in available if d not in must_include]
             chosen = must_include + first_sorted(rest, count - len(must_include))
         [response] = await endpoint.client.allocate([chosen])
-        if endpoint.options.pre_start_required:
+        if pre_start and endpoint.options.pre_start_required:
             await endpoint.client.pre_start(chosen)
         return AllocationRecord(
             namespace=namespace,
@@ -560,6 +575,15 @@ class Kubelet:
             device_ids=tuple(chosen),
             response=response,
         )
+
+    def client(self, resource: str) -> PluginClient:
+        """The client of the connected plugin of ``resource``: the device manager's endpoint."""
+        state = self._resources.get(resource)
+        if state is None:
+            raise UnknownResourceError(f"no plugin has registered resource {resource!r}")
+        if state.endpoint is None or not state.connected:
+            raise ResourceUnavailableError(f"the plugin of {resource} is not connected")
+        return state.endpoint.client
 
     def release(self, pod: str, *, namespace: str = DEFAULT_NAMESPACE) -> None:
         """Free every device the pod holds (the pod was deleted) and rewrite the checkpoint."""
