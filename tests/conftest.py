@@ -7,6 +7,12 @@ from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manag
 from tests.generic_fixtures import fake_host, run_backend, umockdev_harness, write_config
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
 from tests.nvidia_fixtures import fake_nvml, fake_nvml_library, run_nvidia
+from tests.plugin_watcher_fixtures import (
+    registrars,
+    registry_dir,
+    watcher_events,
+    watching_kubelet,
+)
 
 __all__ = [
     "fake_host",
@@ -18,10 +24,14 @@ __all__ = [
     "logs",
     "make_plugin",
     "plugin_dir",
+    "registrars",
+    "registry_dir",
     "run_backend",
     "run_nvidia",
     "serve_plugin",
     "start_manager",
     "umockdev_harness",
+    "watcher_events",
+    "watching_kubelet",
     "write_config",
 ]

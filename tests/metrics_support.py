@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -76,11 +76,13 @@ class MetricsNode:
         *,
         pod_resources_socket: Path | None = None,
         probe_timeout: float = 1.0,
+        **settings: Any,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.recorder = PrometheusMetrics(self.registry)
+        options: dict[str, Any] = {"backoff_max": 0.5, **settings}
         self.manager = Manager(
-            factory, ManagerSettings(plugin_dir=plugin_dir, backoff_max=0.5), metrics=self.recorder
+            factory, ManagerSettings(plugin_dir=plugin_dir, **options), metrics=self.recorder
         )
         self.pod_resources = (
             PodResourcesCache(pod_resources_socket, max_age=0)
