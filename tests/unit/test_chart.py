@@ -50,6 +50,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "generic-only",
         "metrics",
         "existing-configmap",
+        "plugin-watcher",
     }
 
 

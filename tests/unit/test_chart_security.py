@@ -23,8 +23,13 @@ DOCUMENTED_CONTAINER_CONTEXT = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
-# Host paths a plugin may write: its sockets, and CDI specs when CDI is on. All others read-only.
-WRITABLE_HOST_PATHS = {"/var/lib/kubelet/device-plugins", "/var/run/cdi"}
+# Host paths a plugin may write: its sockets (device plugin and, in plugin-watcher mode,
+# registration), and CDI specs when CDI is on. All others read-only.
+WRITABLE_HOST_PATHS = {
+    "/var/lib/kubelet/device-plugins",
+    "/var/lib/kubelet/plugins_registry",
+    "/var/run/cdi",
+}
 
 
 def _daemonsets(name: str) -> list[Obj]:

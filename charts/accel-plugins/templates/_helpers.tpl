@@ -76,6 +76,9 @@ app.kubernetes.io/part-of: accel-plugins
 {{- if and $v.generic.enabled (not (or $v.generic.devices $v.generic.existingConfigMap)) }}
 {{- fail "generic.enabled needs devices to expose: set generic.devices or generic.existingConfigMap" }}
 {{- end }}
+{{- if and (eq $v.common.registration "plugin-watcher") (eq (trimSuffix "/" $v.common.pluginsRegistryDir) (trimSuffix "/" $v.common.pluginDir)) }}
+{{- fail "common.pluginsRegistryDir must differ from common.pluginDir in plugin-watcher mode: a resource's two sockets carry the same name" }}
+{{- end }}
 {{- if and $v.metrics.serviceMonitor.enabled (not (and $v.metrics.enabled $v.metrics.service.enabled)) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled and metrics.service.enabled (it scrapes the Service)" }}
 {{- end }}
