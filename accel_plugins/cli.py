@@ -55,6 +55,8 @@ EXIT_CONFIG = 2
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_METRICS_ADDRESS = ":9478"
+# accel_plugins.kubelet.topology.POLICIES (that package imports grpc).
+TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
 
@@ -324,8 +326,48 @@ def build_parser(
         help="also register the plugins whose sockets appear here, as the kubelet's plugin "
         "watcher does (the kubelet's is /var/lib/kubelet/plugins_registry)",
     )
+    _add_admission_flags(p)
     _add_logging_flags(p)
     return parser
+
+
+def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--admit",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="POD.yaml",
+        help="admit the pods of this manifest once their resources registered, as the device "
+        "manager does, and print what each container gets (repeatable)",
+    )
+    add_flag(
+        parser,
+        "--topology-policy",
+        default="none",
+        choices=TOPOLOGY_POLICIES,
+        help="the Topology Manager policy that admits the pods' NUMA affinity",
+    )
+    add_flag(
+        parser,
+        "--numa-nodes",
+        default=None,
+        metavar="0,1",
+        help="the machine's NUMA nodes (default: the host's and those the devices report)",
+    )
+    add_flag(
+        parser,
+        "--admit-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for the pods' resources to register before admitting",
+    )
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="with --admit: exit after admitting (1 when a pod was rejected or failed to start)",
+    )
 
 
 async def serve(
@@ -457,7 +499,10 @@ def _run_kubelet(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(line, flush=True)
 
-    async def main() -> None:
+    # --admit: pods admitted once the plugins registered (pod manifests read first, exit 2).
+    admission = _admission(args, echo)
+
+    async def main() -> int:
         task = asyncio.ensure_future(
             serve_kubelet(
                 plugin_dir,
@@ -465,16 +510,36 @@ def _run_kubelet(args: argparse.Namespace) -> int:
                 on_event=echo,
                 socket_name=socket.name if socket else "kubelet.sock",
                 plugins_registry_dir=registry,
+                **admission,
             )
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
         with contextlib.suppress(asyncio.CancelledError):
-            await task
+            return await task or 0
+        return 0
 
-    asyncio.run(main())
-    return 0
+    return asyncio.run(main())
+
+
+def _admission(args: argparse.Namespace, echo: Callable[[str], None]) -> dict[str, Any]:
+    if not args.admit:
+        if args.once:
+            raise ConfigError("--once", "", "needs --admit (there is nothing to do once)")
+        return {}
+    from accel_plugins.kubelet.admission import admitting
+
+    return {
+        "then": admitting(
+            args.admit,
+            policy=args.topology_policy,
+            numa_nodes=args.numa_nodes,
+            timeout=args.admit_timeout,
+            once=args.once,
+            echo=echo,
+        )
+    }
 
 
 def _run_demo(args: argparse.Namespace) -> int:

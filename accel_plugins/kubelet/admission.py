@@ -37,13 +37,14 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import MappingProxyType
-from typing import TextIO
 
+from accel_plugins.errors import ConfigError
 from accel_plugins.kubelet.emulator import Kubelet
 from accel_plugins.kubelet.errors import KubeletError
 from accel_plugins.kubelet.model import ContainerResponse, DeviceState
-from accel_plugins.kubelet.podspec import ContainerSpec, PodSpec
+from accel_plugins.kubelet.podspec import ContainerSpec, PodSpec, load_pods
 from accel_plugins.kubelet.topology import (
     MAX_NUMA_NODES,
     NONE,
@@ -659,44 +660,96 @@ async def wait_for_resources(
     return missing(kubelet)
 
 
-async def admit_and_serve(
+async def admit_pods(
     kubelet: Kubelet,
     pods: Sequence[PodSpec],
     *,
     policy: str = NONE,
     numa_nodes: Sequence[int] | None = None,
     timeout: float = 30.0,
-    once: bool = False,
-    out: TextIO,
+    echo: Callable[[str], None] = print,
 ) -> int:
-    """Start ``kubelet``, wait for the pods' resources, admit each pod and print the outcome;
-    then keep serving until cancelled, or with ``once`` stop and return 0 when every pod was
-    admitted and started, 1 otherwise.
+    """On a running emulator: wait for the pods' resources, admit each pod and ``echo`` the
+    outcome; 0 when every pod was admitted and started, 1 otherwise.
 
     Pods in the checkpoint that are not among ``pods`` are released first: as for the
     kubelet, only active pods hold devices.
     """
+    resources = sorted({r for pod in pods for r in pod.resources})
+    missing = await wait_for_resources(kubelet, resources, timeout)
+    if missing:
+        echo(f"timed out after {timeout:g}s waiting for {', '.join(missing)} to register")
+    active = {(pod.namespace, pod.name) for pod in pods}
+    for namespace, name in sorted({(r.namespace, r.pod) for r in kubelet.allocations} - active):
+        kubelet.release(name, namespace=namespace)
+    admitter = PodAdmitter(kubelet, policy=policy, numa_nodes=numa_nodes)
+    outcomes = []
+    for pod in pods:
+        outcome = await admitter.admit(pod)
+        outcomes.append(outcome)
+        echo(render_admission(outcome))
+    if kubelet.allocations:
+        echo(f"checkpoint: {kubelet.checkpoint_path} ({len(kubelet.allocations)} allocations)")
+    return 0 if all(o.started for o in outcomes) else 1
 
-    def say(text: str) -> None:
-        print(text, file=out, flush=True)
 
-    async with kubelet:
-        resources = sorted({r for pod in pods for r in pod.resources})
-        missing = await wait_for_resources(kubelet, resources, timeout)
-        if missing:
-            say(f"timed out after {timeout:g}s waiting for {', '.join(missing)} to register")
-        active = {(pod.namespace, pod.name) for pod in pods}
-        for namespace, name in {(r.namespace, r.pod) for r in kubelet.allocations} - active:
-            kubelet.release(name, namespace=namespace)
-        admitter = PodAdmitter(kubelet, policy=policy, numa_nodes=numa_nodes)
-        outcomes = []
-        for pod in pods:
-            outcome = await admitter.admit(pod)
-            outcomes.append(outcome)
-            say(render_admission(outcome))
-        if kubelet.allocations:
-            say(f"checkpoint: {kubelet.checkpoint_path} ({len(kubelet.allocations)} allocations)")
-        if once:
-            return 0 if all(o.started for o in outcomes) else 1
-        await asyncio.Future()
-    return 0  # pragma: no cover - the future above never completes
+def parse_numa_nodes(text: str) -> list[int]:
+    """``0,1`` or ``0-3`` (or both: ``0-1,4``) as a sorted list; ValueError when malformed."""
+    nodes: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise ValueError(f"{text!r} is not a list of NUMA nodes (e.g. 0,1 or 0-3)") from None
+        if low < 0 or high < low:
+            raise ValueError(f"{part.strip()!r}: NUMA nodes are numbers from 0 up")
+        nodes.update(range(low, high + 1))
+    return sorted(nodes)
+
+
+def admitting(
+    paths: Sequence[Path],
+    *,
+    policy: str = NONE,
+    numa_nodes: str | None = None,
+    timeout: float = 30.0,
+    once: bool = False,
+    echo: Callable[[str], None] = print,
+) -> Callable[[Kubelet], Awaitable[int | None]]:
+    """``accel-plugins kubelet --admit``: read the pod manifests now (ConfigError naming file,
+    field and reason), and return what the running emulator does with them (its ``then``):
+    admit them, then stop with the exit status when ``once``, else keep serving."""
+    nodes: list[int] | None = None
+    if numa_nodes is not None:
+        try:
+            nodes = parse_numa_nodes(numa_nodes)
+        except ValueError as e:
+            raise ConfigError("--numa-nodes", "", str(e)) from None
+        if policy != NONE and len(nodes) > MAX_NUMA_NODES:
+            raise ConfigError(
+                "--numa-nodes",
+                "",
+                f"the Topology Manager supports at most {MAX_NUMA_NODES} NUMA nodes",
+            )
+    if policy not in POLICIES:
+        raise ConfigError("--topology-policy", "", f"choose one of {', '.join(POLICIES)}")
+    pods: list[PodSpec] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        for pod in load_pods(path):
+            if pod.key in seen:
+                raise ConfigError(
+                    pod.source, "metadata.name", f"pod {pod.key} is also in {seen[pod.key]}"
+                )
+            seen[pod.key] = pod.source
+            pods.append(pod)
+
+    async def then(kubelet: Kubelet) -> int | None:
+        code = await admit_pods(
+            kubelet, pods, policy=policy, numa_nodes=nodes, timeout=timeout, echo=echo
+        )
+        return code if once else None
+
+    return then

@@ -19,7 +19,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn, Self
@@ -619,13 +619,23 @@ async def serve(
     on_event: EventSink | None = None,
     socket_name: str = DEFAULT_SOCKET_NAME,
     plugins_registry_dir: Path | None = None,
-) -> None:
-    """Run the emulator until cancelled, reporting what happens through ``on_event``."""
+    then: Callable[[Kubelet], Awaitable[int | None]] | None = None,
+) -> int | None:
+    """Run the emulator until cancelled, reporting what happens through ``on_event``.
+
+    ``then`` runs once the emulator serves (e.g. pod admission); when it returns
+    a number the emulator stops and ``serve`` returns it.
+    """
     async with Kubelet(
         plugin_dir,
         socket_name=socket_name,
         pod_resources_socket=pod_resources_socket,
         on_event=on_event,
         plugins_registry_dir=plugins_registry_dir,
-    ):
+    ) as kubelet:
+        if then is not None:
+            code = await then(kubelet)
+            if code is not None:
+                return code
         await asyncio.Future()
+    return None  # pragma: no cover - the future never completes
