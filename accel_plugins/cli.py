@@ -305,6 +305,12 @@ def build_parser(
     p.add_argument(
         "--allocate", type=int, default=0, metavar="N", help="dry-run an allocation of N devices"
     )
+    p.add_argument(
+        "--pre-start",
+        action="store_true",
+        help="with --allocate: then call PreStartContainer on those devices when the plugin "
+        "requires it (exit 1 when it fails)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the plugin")
     _add_logging_flags(p)
@@ -479,9 +485,13 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
 def _run_inspect(args: argparse.Namespace) -> int:
     from accel_plugins.inspect import inspect_plugin, render_json, render_text
 
-    report = asyncio.run(inspect_plugin(args.socket, allocate=args.allocate, timeout=args.timeout))
+    report = asyncio.run(
+        inspect_plugin(
+            args.socket, allocate=args.allocate, timeout=args.timeout, pre_start=args.pre_start
+        )
+    )
     print(render_json(report) if args.json else render_text(report))
-    return 0
+    return 1 if report.pre_start_failed else 0
 
 
 def _run_kubelet(args: argparse.Namespace) -> int:

@@ -3,8 +3,10 @@
 Only the public v1beta1 DevicePlugin API is used, so this works against any
 vendor's plugin. With ``allocate=N`` it also dry-runs an allocation: the
 plugin's preferred pick of N healthy devices (or the first N sorted when it
-offers no preference) and the Allocate answer for them. PreStartContainer is
-never called; the plugin may still do real work in Allocate, as for the kubelet.
+offers no preference) and the Allocate answer for them; with ``pre_start``
+it then calls PreStartContainer on those devices when the plugin requires it
+(``pre_start_required``), as the kubelet does at container start. The plugin
+may do real work in Allocate and PreStartContainer, as for the kubelet.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ class InspectError(AccelPluginsError):
 
 
 @dataclass(frozen=True, slots=True)
+class PreStart:
+    """PreStartContainer after the dry run: called only when the plugin requires it;
+    ``error`` is the plugin's status and message when it failed."""
+
+    called: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"called": self.called, "ok": self.error is None, "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
 class DryRun:
     """The outcome of a dry-run allocation."""
 
@@ -40,6 +54,7 @@ class DryRun:
     preferred_by_plugin: bool
     device_ids: tuple[str, ...]
     response: ContainerResponse
+    pre_start: PreStart | None = None  # None: not asked for
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -47,6 +62,7 @@ class DryRun:
             "preferred_by_plugin": self.preferred_by_plugin,
             "device_ids": list(self.device_ids),
             "response": self.response.to_dict(),
+            "pre_start": None if self.pre_start is None else self.pre_start.to_dict(),
         }
 
 
@@ -70,6 +86,11 @@ class InspectReport:
     @property
     def unhealthy(self) -> int:
         return self.total - self.healthy
+
+    @property
+    def pre_start_failed(self) -> bool:
+        run = self.dry_run
+        return run is not None and run.pre_start is not None and run.pre_start.error is not None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -120,7 +141,11 @@ def _explain(socket: Path, error: PluginCallError, timeout: float) -> InspectErr
 
 
 async def _dry_run(
-    client: PluginClient, options: PluginOptions, devices: list[DeviceState], count: int
+    client: PluginClient,
+    options: PluginOptions,
+    devices: list[DeviceState],
+    count: int,
+    pre_start: bool = False,
 ) -> DryRun:
     available = sorted(d.id for d in devices if d.healthy)
     if count > len(available):
@@ -134,25 +159,41 @@ async def _dry_run(
     else:
         chosen = first_sorted(available, count)
     [response] = await client.allocate([chosen])
+    started = None
+    if pre_start:
+        started = PreStart(called=options.pre_start_required)
+        if options.pre_start_required:
+            try:
+                await client.pre_start(chosen)
+            except PluginCallError as e:
+                started = PreStart(True, f"{e.code.name}: {_one_line(e.details)}")
     return DryRun(
         requested=count,
         preferred_by_plugin=options.get_preferred_allocation_available,
         device_ids=tuple(chosen),
         response=response,
+        pre_start=started,
     )
 
 
-async def inspect_plugin(socket: Path, *, allocate: int = 0, timeout: float = 5.0) -> InspectReport:
-    """Ask the plugin at ``socket`` for its options and devices; dry-run ``allocate`` devices."""
+async def inspect_plugin(
+    socket: Path, *, allocate: int = 0, timeout: float = 5.0, pre_start: bool = False
+) -> InspectReport:
+    """Ask the plugin at ``socket`` for its options and devices; dry-run ``allocate`` devices,
+    then PreStartContainer on them with ``pre_start`` (when the plugin requires it)."""
     socket = Path(socket)
     if allocate < 0:
         raise InspectError(f"--allocate must be 0 or more, got {allocate}")
+    if pre_start and not allocate:
+        raise InspectError("--pre-start needs --allocate N (the devices to start a container on)")
     _check_socket(socket)
     try:
         async with PluginClient(socket, timeout=timeout) as client:
             options = await client.options()
             devices = await client.first_devices(timeout)
-            dry_run = await _dry_run(client, options, devices, allocate) if allocate else None
+            dry_run = (
+                await _dry_run(client, options, devices, allocate, pre_start) if allocate else None
+            )
     except PluginCallError as e:
         raise _explain(socket, e, timeout) from None
     except KubeletError as e:
@@ -213,6 +254,12 @@ def render_text(report: InspectReport) -> str:
         how = "preferred by the plugin" if run.preferred_by_plugin else "first healthy, sorted"
         lines.append(f"dry-run allocation of {run.requested} ({how}): {', '.join(run.device_ids)}")
         lines += _response_lines(run.response)
+        started = run.pre_start
+        if started is not None and not started.called:
+            lines.append("PreStartContainer: not called (the plugin does not require it)")
+        elif started is not None:
+            state = "ok" if started.error is None else f"failed: {started.error}"
+            lines.append(f"PreStartContainer({', '.join(run.device_ids)}): {state}")
     return "\n".join(lines)
 
 

@@ -123,6 +123,7 @@ async def test_json_rendering(make_plugin: MakePlugin) -> None:
             "annotations": {"example.com/widgets": "w3"},
             "cdi_devices": ["example.com/widget=w3"],
         },
+        "pre_start": None,
     }
 
 
