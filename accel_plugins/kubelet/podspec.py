@@ -316,10 +316,22 @@ def pod_from_document(doc: object, source: str) -> PodSpec:
     )
 
 
+def _documents(text: str) -> list[Any]:
+    """Every YAML document in ``text``, by the strict safe loader (duplicate keys refused)."""
+    loader = yamlfile.StrictLoader(text)
+    try:
+        docs = []
+        while loader.check_data():  # type: ignore[no-untyped-call]  # untyped in the stubs
+            docs.append(loader.get_data())
+        return docs
+    finally:
+        loader.dispose()
+
+
 def parse_pods(text: str, source: str) -> list[PodSpec]:
     """Every pod in ``text`` (one per YAML document; empty documents skipped)."""
     try:
-        docs = list(yaml.load_all(text, Loader=yamlfile.StrictLoader))
+        docs = _documents(text)
     except yaml.YAMLError as e:
         raise ConfigError(source, "", f"not valid YAML: {yamlfile.reason(e)}") from None
     except RecursionError:
