@@ -382,8 +382,10 @@ class Kubelet:
     ) -> Endpoint:
         """The device manager's plugin handler: validate, then connect as after Register."""
         version = next((v for v in versions if v in SUPPORTED_VERSIONS), None)
-        request = pb.RegisterRequest(version=version or ",".join(versions), endpoint=endpoint)
-        request.resource_name = name
+        # What Register would have carried, for the records (the plugin watcher has no request).
+        request = pb.RegisterRequest(
+            version=version or ",".join(versions), endpoint=endpoint, resource_name=name
+        )
         if version is None:
             self._refuse(
                 request,

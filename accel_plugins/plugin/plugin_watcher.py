@@ -204,6 +204,7 @@ class WatchedResourcePlugin(ResourcePlugin):
 
         What the kubelet makes of it arrives later, through NotifyRegistrationStatus.
         """
+        failures = 0
         while True:
             await self._stop_registration()
             try:
@@ -223,8 +224,11 @@ class WatchedResourcePlugin(ResourcePlugin):
                     raise
             except ServeError as exc:
                 self._token = None
+                failures += 1
                 delay = self._backoff.next_delay()
-                log.warning(
+                # Loudly the first time, then quietly until it works.
+                log.log(
+                    logging.WARNING if failures == 1 else logging.DEBUG,
                     "resource %s: cannot serve the registration socket (%s); retrying in %.1fs",
                     self.resource,
                     exc,
