@@ -174,6 +174,7 @@ def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> N
             env=option.env,
             choices=option.choices or None,
             metavar=option.metavar,
+            aliases=option.aliases,
         )
 
 

@@ -39,8 +39,12 @@ def add_flag(
     env: Sequence[str] = (),
     choices: Sequence[str] | None = None,
     metavar: str | None = None,
+    aliases: Sequence[str] = (),
 ) -> None:
     """Add ``flag`` whose default comes from its env twins when set.
+
+    ``aliases`` are other spellings of the same flag (``--driver-root``); the env
+    twin is named after ``flag`` only.
 
     ``env`` lists extra variable names accepted besides the ACCEL_PLUGINS_ one
     (e.g. NVIDIA's MIG_STRATEGY); the first one set wins, ours first. A bad
@@ -75,6 +79,8 @@ def add_flag(
         extra_kwargs = {"nargs": "?", "const": True}
     parser.add_argument(
         flag,
+        *aliases,
+        dest=flag.lstrip("-").replace("-", "_"),
         default=value,
         type=type,
         choices=choices,

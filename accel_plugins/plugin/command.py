@@ -53,10 +53,13 @@ class Option:
     choices: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     metavar: str | None = None
+    aliases: tuple[str, ...] = ()
+    """Other spellings of the flag (a vendor's own names, ``--driver-root``); same value."""
 
     def __post_init__(self) -> None:
-        if not _FLAG_RE.fullmatch(self.flag):
-            raise ValueError(f"option {self.flag!r}: flags are spelled --lower-case-name")
+        for flag in (self.flag, *self.aliases):
+            if not _FLAG_RE.fullmatch(flag):
+                raise ValueError(f"option {flag!r}: flags are spelled --lower-case-name")
 
     @property
     def dest(self) -> str:

@@ -5,6 +5,7 @@ Real sockets and real gRPC end to end; only the GPUs are simulated.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +18,7 @@ from accel_plugins.backends.nvidia.config import (
 )
 from accel_plugins.kubelet import Kubelet, PluginCallError
 from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from accel_plugins.testing import FakeHost
 from tests.framework_fixtures import StartManager
 from tests.nvidia_fixtures import simulated_backend
 
@@ -61,23 +63,19 @@ async def test_a_dgx_registers_its_gpus_with_numa(
             id="cdi-annotations+cdi-cri",
         ),
         pytest.param(
-            {"id_strategy": "index", "device_specs": True, "driver_root": "/run/nvidia/driver"},
+            # A fake dev root with two of the four control nodes: only those are passed.
+            {"id_strategy": "index", "device_specs": True, "dev_root": "<fake host>"},
             {"NVIDIA_VISIBLE_DEVICES": "0,1"},
             [],
             None,
             (),
-            [
-                "/dev/nvidia0",
-                "/dev/nvidia1",
-                "/dev/nvidiactl",
-                "/dev/nvidia-uvm",
-                "/dev/nvidia-uvm-tools",
-            ],
+            ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1"],
             id="envvar-index-device-specs",
         ),
     ],
 )
 async def test_allocate_response_per_strategy(
+    tmp_path: Path,
     kubelet: Kubelet,
     start_manager: StartManager,
     options: dict[str, Any],
@@ -87,6 +85,13 @@ async def test_allocate_response_per_strategy(
     cdi: tuple[str, ...],
     device_paths: list[str],
 ) -> None:
+    root = ""
+    if options.get("dev_root"):
+        host = FakeHost(tmp_path / "host")
+        host.node("/dev/nvidiactl", major=195, minor=255)
+        host.node("/dev/nvidia-uvm", major=508, minor=0)
+        root = str(host.root)
+        options = options | {"dev_root": root}
     backend, nvml = simulated_backend("pcie-4gpu", **options)
     await start_manager(backend)
     await kubelet.wait_for_resource(GPU, allocatable=4)
@@ -104,7 +109,6 @@ async def test_allocate_response_per_strategy(
         [(key, value)] = response.annotations.items()
         assert key.startswith(annotation_prefix)
         assert value == f"nvidia.com/gpu={u0},nvidia.com/gpu={u1}"
-    root = options.get("driver_root", "")
     assert response.devices == tuple(DeviceSpec(p, root + p, "rw") for p in device_paths)
 
 

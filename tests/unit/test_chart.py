@@ -244,6 +244,7 @@ def test_nvidia_only_passes_flags_config_and_driver_root() -> None:
         "--config=/etc/accel-plugins/config.yaml",
         "--mig-strategy=mixed",
         "--pass-device-specs=true",
+        "--shared-devices-allocation-policy=packed",
         "--nvidia-driver-root=/run/nvidia/driver",
     ]
     assert plugin["resources"] == values["nvidia"]["resources"]

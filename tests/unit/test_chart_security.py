@@ -23,6 +23,14 @@ DOCUMENTED_CONTAINER_CONTEXT = {
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
+# What NVIDIA's chart gives the plugin for a MIG strategy other than none: NVML needs the MIG
+# monitor capability, which the NVIDIA runtime hands over with CAP_SYS_ADMIN.
+MIG_CONTAINER_CONTEXT = {
+    key: value
+    for key, value in DOCUMENTED_CONTAINER_CONTEXT.items()
+    if key != "allowPrivilegeEscalation"
+} | {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
+
 # Host paths a plugin may write: its sockets (device plugin and, in plugin-watcher mode,
 # registration), and CDI specs when CDI is on. All others read-only.
 WRITABLE_HOST_PATHS = {
@@ -36,10 +44,57 @@ def _daemonsets(name: str) -> list[Obj]:
     return list(of_kind(render(ci_values(name)), "DaemonSet").values())
 
 
+def _mig_possible(name: str, ds: Obj) -> bool:
+    """The NVIDIA daemonset of a values file that sets a MIG strategy or an existing ConfigMap."""
+    nvidia = ci_values(name).get("nvidia", {})
+    flags = (nvidia.get("config") or {}).get("flags") or {}
+    strategy = nvidia.get("migStrategy") or flags.get("migStrategy", "none")
+    mig = strategy != "none" or bool(
+        nvidia.get("existingConfigMap") and not nvidia.get("migStrategy")
+    )
+    return ds["metadata"]["name"].endswith("-nvidia") and mig
+
+
 @pytest.mark.parametrize("name", CI_NAMES)
 def test_containers_use_the_documented_security_context(name: str) -> None:
     for ds in _daemonsets(name):
-        assert container(ds)["securityContext"] == DOCUMENTED_CONTAINER_CONTEXT
+        expected = (
+            MIG_CONTAINER_CONTEXT if _mig_possible(name, ds) else DOCUMENTED_CONTAINER_CONTEXT
+        )
+        assert container(ds)["securityContext"] == expected
+
+
+@pytest.mark.parametrize(
+    ("nvidia", "mig"),
+    [
+        pytest.param({}, False, id="defaults"),
+        pytest.param({"migStrategy": "none"}, False, id="none"),
+        pytest.param({"migStrategy": "single"}, True, id="single"),
+        pytest.param({"migStrategy": "mixed"}, True, id="mixed"),
+        pytest.param({"config": {"flags": {"migStrategy": "mixed"}}}, True, id="config-mixed"),
+        pytest.param({"config": {"flags": {"migStrategy": "none"}}}, False, id="config-none"),
+        pytest.param(
+            {"config": {"flags": {"migStrategy": "single"}}, "migStrategy": "none"},
+            False,
+            id="value-over-config",
+        ),
+        pytest.param({"existingConfigMap": "mine"}, True, id="existing-config-map"),
+        pytest.param(
+            {"existingConfigMap": "mine", "migStrategy": "none"}, False, id="existing-and-none"
+        ),
+    ],
+)
+def test_a_mig_strategy_gets_what_nvml_needs_to_see_mig_devices(nvidia: Obj, mig: bool) -> None:
+    """As NVIDIA's chart (templates/_helpers.tpl requiresCapSysAdmin, addMigMonitorDevices)."""
+    values = {"nvidia": {"enabled": True, **nvidia}}
+    plugin = container(of_kind(render(values), "DaemonSet")["rel-accel-plugins-nvidia"])
+    env = {e["name"]: e.get("value") for e in plugin["env"]}
+    if mig:
+        assert plugin["securityContext"] == MIG_CONTAINER_CONTEXT
+        assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    else:
+        assert plugin["securityContext"] == DOCUMENTED_CONTAINER_CONTEXT
+        assert "NVIDIA_MIG_MONITOR_DEVICES" not in env
 
 
 @pytest.mark.parametrize("name", CI_NAMES)

@@ -411,6 +411,7 @@ def test_mirrored_constants_match_their_sources() -> None:
     assert nvidia_command.MIG_STRATEGIES == config.MIG_STRATEGIES
     assert nvidia_command.REPLICA_POLICIES == config.REPLICA_POLICIES
     assert nvidia_command.SHARED_DEVICES_POLICIES == config.SHARED_DEVICES_POLICIES
+    assert nvidia_command.DEVICE_DISCOVERY_STRATEGIES == config.DEVICE_DISCOVERY_STRATEGIES
     assert nvidia_command.DEFAULT_RECOVERY_SECONDS == config.DEFAULT_RECOVERY_SECONDS
     assert nvidia_command.DEVICE_ID_STRATEGIES == container_contract.DEVICE_ID_STRATEGIES
     assert list(nvidia_command.SIMULATED_PROFILES) == builtin_profiles.names()

@@ -98,3 +98,23 @@ def test_bool_flag_alone_means_true(monkeypatch: pytest.MonkeyPatch) -> None:
         env=["PASS_DEVICE_SPECS"],
     )
     assert parser.parse_args([]).pass_device_specs is True
+
+
+def test_aliases_set_the_same_value_and_the_env_twin_follows_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_flag(parser, "--nvidia-driver-root", default="/", help="root", aliases=("--driver-root",))
+    assert parser.parse_args(["--driver-root", "/x"]).nvidia_driver_root == "/x"
+    monkeypatch.setenv("ACCEL_PLUGINS_NVIDIA_DRIVER_ROOT", "/e")
+    parser = argparse.ArgumentParser()
+    add_flag(parser, "--nvidia-driver-root", default="/", help="root", aliases=("--driver-root",))
+    assert parser.parse_args([]).nvidia_driver_root == "/e"
+
+
+def test_option_aliases_are_spelled_as_flags() -> None:
+    from accel_plugins.plugin.command import Option
+
+    assert Option("--a", "help", aliases=("--b",)).aliases == ("--b",)
+    with pytest.raises(ValueError, match="--lower-case-name"):
+        Option("--a", "help", aliases=("-b",))

@@ -1,4 +1,21 @@
-"""Allocate responses: every device-list strategy combination, both ID strategies."""
+"""Allocate's answer, as NVIDIA's plugin gives it: one golden table per device-list strategy.
+
+What the golden tables follow, in github.com/NVIDIA/k8s-device-plugin:
+``internal/plugin/server.go`` (getAllocateResponse: CDI names first, then the
+GDRCOPY/GDS/MOFED variables, nothing more for CDI-only strategies, then
+NVIDIA_VISIBLE_DEVICES and NVIDIA_IMEX_CHANNELS for envvar, mounts for
+volume-mounts, device specs; apiDeviceSpecs: the control nodes that exist, the
+devices' nodes, the IMEX channel nodes; uniqueDeviceIDsFromAnnotatedDeviceIDs:
+request order, replicas once), ``internal/rm/nvml_manager.go`` (the control
+nodes and their order), ``internal/rm/nvml_devices.go`` (a MIG device's parent
+node and capability nodes), ``internal/imex/imex.go`` (channel paths).
+
+Every case runs on a simulated node (tests/nvidia_fixtures.py) with a fake dev
+root built here: ``/dev/nvidiactl``, ``/dev/nvidia-uvm`` and
+``/dev/nvidia-modeset`` exist, ``/dev/nvidia-uvm-tools`` does not, and IMEX
+channel 0 is a character device. Placeholders: ``{u0}``..``{u3}`` the GPUs'
+UUIDs, ``{root}`` the dev root, ``{key}`` the CDI annotation's response ID.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +23,31 @@ import itertools
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accel_plugins.backends.nvidia.container_contract import (
     AllocateSettings,
+    ImexChannel,
     container_allocation,
+    find_imex_channels,
     generated_mig_minors,
     read_mig_minors,
 )
 from accel_plugins.backends.nvidia.discovery import Node, discover
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import build_resources
 from accel_plugins.backends.nvidia.sharing import replicate
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
+from accel_plugins.testing import FakeHost
 from tests.nvidia_fixtures import profile
 
-STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
-COMBINATIONS = [combo for n in range(1, 5) for combo in itertools.combinations(STRATEGIES, n)]
 ANNOTATION_NAMESPACE = uuid.UUID("0b7e9b4c-64a5-4d0e-9a38-4f2b7f1d9e11")
+STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 
 
 def node_of(name: str) -> Node:
@@ -34,164 +56,309 @@ def node_of(name: str) -> Node:
         return discover(nvml)
 
 
-def gpus(count: int = 2) -> list[Device]:
-    return build_resources(node_of("pcie-4gpu"), "none")["nvidia.com/gpu"][:count]
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    """The node's dev root: three of the four control nodes, and IMEX channel 0."""
+    fake = FakeHost(tmp_path / "host")
+    for minor, path in [(255, "/dev/nvidiactl"), (254, "/dev/nvidia-modeset")]:
+        fake.node(path, major=195, minor=minor)
+    fake.node("/dev/nvidia-uvm", major=508, minor=0)
+    fake.node("/dev/nvidia-caps-imex-channels/channel0", major=509, minor=0)
+    return fake
 
 
-def allocate(
-    devices: Sequence[Device], strategies: Sequence[str], id_strategy: str = "uuid"
+def gpus(root: Path) -> list[Device]:
+    return build_resources(node_of("pcie-4gpu"), "none", dev_root=root, device_specs=True)[
+        "nvidia.com/gpu"
+    ]
+
+
+def respond(
+    devices: Sequence[Device],
+    root: Path,
+    strategies: Sequence[str],
+    *,
+    ids: str = "uuid",
+    specs: bool = False,
+    imex: bool = False,
+    features: Sequence[str] = (),
 ) -> ContainerAllocation:
-    return container_allocation(
-        devices,
-        AllocateSettings(device_list_strategies=tuple(strategies), device_id_strategy=id_strategy),
+    settings = AllocateSettings(
+        device_list_strategies=tuple(strategies),
+        device_id_strategy=ids,
+        pass_device_specs=specs,
+        dev_root=root,
+        imex_channels=(ImexChannel("0"),) if imex else (),
+        gdrcopy_enabled="gdrcopy" in features,
+        gds_enabled="gds" in features,
+        mofed_enabled="mofed" in features,
+    )
+    return container_allocation(devices, settings)
+
+
+def expand(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return value.format(**names)
+    if isinstance(value, dict):
+        return {expand(k, names): expand(v, names) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [expand(v, names) for v in value]
+    return value
+
+
+def golden(expected: dict[str, Any], names: dict[str, str]) -> ContainerAllocation:
+    e = expand(expected, names)
+    return ContainerAllocation(
+        nodes=tuple(DeviceNode(f"{names['root']}{p}", p, "rw") for p in e.get("nodes", [])),
+        mounts=tuple(
+            Mount("/dev/null", f"/var/run/nvidia-container-devices/{p}")
+            for p in e.get("mounts", [])
+        ),
+        envs=e.get("envs", {}),
+        annotations=e.get("annotations", {}),
+        cdi_devices=tuple(e.get("cdi", [])),
     )
 
 
-def expected(strategies: Sequence[str], ids: list[str]) -> ContainerAllocation:
-    """NVIDIA's rules, stated once: each strategy contributes its part."""
-    envs: dict[str, str] = {}
-    mounts: tuple[Mount, ...] = ()
-    annotations: dict[str, str] = {}
-    cdi: tuple[str, ...] = ()
-    names = [f"nvidia.com/gpu={i}" for i in ids]
-    if "envvar" in strategies:
-        envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(ids)
-    if "volume-mounts" in strategies:  # wins over envvar's value
-        envs["NVIDIA_VISIBLE_DEVICES"] = "/var/run/nvidia-container-devices"
-        mounts = tuple(Mount("/dev/null", f"/var/run/nvidia-container-devices/{i}") for i in ids)
-    if "cdi-annotations" in strategies:
-        key = f"nvidia-device-plugin_{uuid.uuid5(ANNOTATION_NAMESPACE, ','.join(ids))}"
-        annotations[f"cdi.k8s.io/{key}"] = ",".join(names)
-    if "cdi-cri" in strategies:
-        cdi = tuple(names)
-    return ContainerAllocation(mounts=mounts, envs=envs, annotations=annotations, cdi_devices=cdi)
+def names_for(devices: list[Device], root: Path, ids: list[str]) -> dict[str, str]:
+    key = uuid.uuid5(ANNOTATION_NAMESPACE, ",".join(ids))
+    return {f"u{i}": d.id for i, d in enumerate(devices)} | {"root": str(root), "key": str(key)}
 
 
-@pytest.mark.parametrize("id_strategy", ["uuid", "index"])
-@pytest.mark.parametrize("strategies", [pytest.param(c, id="+".join(c)) for c in COMBINATIONS])
-def test_every_strategy_combination(strategies: tuple[str, ...], id_strategy: str) -> None:
-    devices = gpus(2)
-    ids = [d.id for d in devices] if id_strategy == "uuid" else ["0", "1"]
-    assert allocate(devices, strategies, id_strategy) == expected(strategies, ids)
+# Request: GPU 3 then GPU 1 (the kubelet's order is kept). Options: ids (uuid/index),
+# specs (passDeviceSpecs), imex (channel 0 configured), features (gds, mofed, gdrcopy).
+Golden = list[tuple[dict[str, Any], dict[str, Any]]]
+CONTROL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-modeset"]
+GPU_NODES = ["/dev/nvidia3", "/dev/nvidia1"]
+FEATURES = {"NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled", "NVIDIA_GDRCOPY": "enabled"}
+
+ENVVAR_GOLDEN: Golden = [
+    ({}, {"envs": {"NVIDIA_VISIBLE_DEVICES": "{u3},{u1}"}}),
+    ({"ids": "index"}, {"envs": {"NVIDIA_VISIBLE_DEVICES": "3,1"}}),
+    (
+        {"specs": True},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": "{u3},{u1}"}, "nodes": CONTROL + GPU_NODES},
+    ),
+    (
+        {"imex": True},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": "{u3},{u1}", "NVIDIA_IMEX_CHANNELS": "0"}},
+    ),
+    (
+        {"imex": True, "specs": True, "ids": "index"},
+        {
+            "envs": {"NVIDIA_VISIBLE_DEVICES": "3,1", "NVIDIA_IMEX_CHANNELS": "0"},
+            "nodes": [*CONTROL, *GPU_NODES, "/dev/nvidia-caps-imex-channels/channel0"],
+        },
+    ),
+    (
+        {"features": ("gds", "mofed", "gdrcopy")},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": "{u3},{u1}", **FEATURES}},
+    ),
+    (
+        {"features": ("gds",)},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": "{u3},{u1}", "NVIDIA_GDS": "enabled"}},
+    ),
+]
+VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
+VOLUME_MOUNTS_GOLDEN: Golden = [
+    ({}, {"envs": {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS}, "mounts": ["{u3}", "{u1}"]}),
+    ({"ids": "index"}, {"envs": {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS}, "mounts": ["3", "1"]}),
+    (
+        {"specs": True},
+        {
+            "envs": {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS},
+            "mounts": ["{u3}", "{u1}"],
+            "nodes": CONTROL + GPU_NODES,
+        },
+    ),
+    (
+        {"imex": True},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS}, "mounts": ["{u3}", "{u1}", "imex/0"]},
+    ),
+    (
+        {"features": ("gds", "mofed", "gdrcopy")},
+        {"envs": {"NVIDIA_VISIBLE_DEVICES": VOLUME_MOUNTS, **FEATURES}, "mounts": ["{u3}", "{u1}"]},
+    ),
+]
+ANNOTATION = "cdi.k8s.io/nvidia-device-plugin_{key}"
+CDI_ANNOTATIONS_GOLDEN: Golden = [
+    ({}, {"annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"}}),
+    ({"ids": "index"}, {"annotations": {ANNOTATION: "nvidia.com/gpu=3,nvidia.com/gpu=1"}}),
+    # CDI strategies alone: no device specs, as NVIDIA returns before them.
+    ({"specs": True}, {"annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"}}),
+    (
+        {"imex": True},
+        {
+            "annotations": {
+                ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1},nvidia.com/imex-channel=0"
+            }
+        },
+    ),
+    (
+        {"features": ("gds", "mofed", "gdrcopy")},
+        {
+            "annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"},
+            "envs": FEATURES,
+        },
+    ),
+]
+CDI_CRI_GOLDEN: Golden = [
+    ({}, {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"]}),
+    ({"ids": "index"}, {"cdi": ["nvidia.com/gpu=3", "nvidia.com/gpu=1"]}),
+    ({"specs": True}, {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"]}),
+    (
+        {"imex": True, "specs": True},
+        {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}", "nvidia.com/imex-channel=0"]},
+    ),
+    (
+        {"features": ("gds", "mofed", "gdrcopy")},
+        {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"], "envs": FEATURES},
+    ),
+]
+
+
+def _cases(strategy: str, table: Golden) -> list[Any]:
+    def name(options: dict[str, Any]) -> str:
+        parts = [f"{k}={'+'.join(v) if isinstance(v, tuple) else v}" for k, v in options.items()]
+        return "-".join([strategy, *parts]) or strategy
+
+    return [
+        pytest.param(strategy, options, expected, id=name(options)) for options, expected in table
+    ]
 
 
 @pytest.mark.parametrize(
-    ("strategies", "id_strategy", "envs", "mount_paths", "cdi"),
+    ("strategy", "options", "expected"),
+    _cases("envvar", ENVVAR_GOLDEN)
+    + _cases("volume-mounts", VOLUME_MOUNTS_GOLDEN)
+    + _cases("cdi-annotations", CDI_ANNOTATIONS_GOLDEN)
+    + _cases("cdi-cri", CDI_CRI_GOLDEN),
+)
+def test_golden_per_strategy(
+    host: FakeHost, strategy: str, options: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    devices = gpus(host.root)
+    got = respond([devices[3], devices[1]], host.root, [strategy], **options)
+    ids = ["3", "1"] if options.get("ids") == "index" else [devices[3].id, devices[1].id]
+    assert got == golden(expected, names_for(devices, host.root, ids))
+
+
+@pytest.mark.parametrize(
+    "strategies",
     [
-        pytest.param(
-            ["envvar"], "index", {"NVIDIA_VISIBLE_DEVICES": "0,1"}, [], (), id="envvar-index"
-        ),
-        pytest.param(
-            ["volume-mounts"],
-            "index",
-            {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
-            ["/var/run/nvidia-container-devices/0", "/var/run/nvidia-container-devices/1"],
-            (),
-            id="volume-mounts-index",
-        ),
-        pytest.param(
-            ["cdi-cri"], "index", {}, [], ("nvidia.com/gpu=0", "nvidia.com/gpu=1"), id="cdi-cri"
-        ),
+        pytest.param(c, id="+".join(c))
+        for n in range(2, 5)
+        for c in itertools.combinations(STRATEGIES, n)
     ],
 )
-def test_literal_responses(
-    strategies: list[str],
-    id_strategy: str,
-    envs: dict[str, str],
-    mount_paths: list[str],
-    cdi: tuple[str, ...],
+@pytest.mark.parametrize("specs", [False, True], ids=["specs-off", "specs-on"])
+def test_combined_strategies_are_each_strategys_part(
+    host: FakeHost, strategies: tuple[str, ...], specs: bool
 ) -> None:
-    got = allocate(gpus(2), strategies, id_strategy)
+    """A combination answers the union of its strategies' goldens; volume-mounts' value of
+    NVIDIA_VISIBLE_DEVICES wins over envvar's, and specs come only with a non-CDI strategy."""
+    devices = gpus(host.root)
+    pair = [devices[3], devices[1]]
+    got = respond(pair, host.root, strategies, specs=specs, imex=True)
+    parts = [respond(pair, host.root, [s], specs=specs, imex=True) for s in strategies]
+    envs: dict[str, str] = {}
+    for part in parts:
+        envs |= part.envs
     assert dict(got.envs) == envs
-    assert [m.container_path for m in got.mounts] == mount_paths
-    assert all(m.host_path == "/dev/null" for m in got.mounts)
-    assert got.cdi_devices == cdi
-    assert got.nodes == ()
+    assert got.mounts == sum((p.mounts for p in parts), ())
+    assert dict(got.annotations) == {k: v for p in parts for k, v in p.annotations.items()}
+    assert got.cdi_devices == sum((p.cdi_devices for p in parts), ())
+    assert got.nodes == next((p.nodes for p in parts if p.nodes), ())
 
 
-def test_cdi_annotation_key_has_nvidias_shape() -> None:
-    got = allocate(gpus(1), ["cdi-annotations"])
-    [(key, value)] = got.annotations.items()
-    assert key.startswith("cdi.k8s.io/nvidia-device-plugin_")
-    assert len(key.split("/", 1)[1]) <= 63  # the annotation name limit
-    assert value == f"nvidia.com/gpu={gpus(1)[0].id}"
+def test_no_strategy_gets_only_the_feature_variables(host: FakeHost) -> None:
+    """An empty deviceListStrategy list: NVIDIA treats it as all-CDI with no CDI name."""
+    devices = gpus(host.root)
+    got = respond(devices[:1], host.root, [], specs=True, features=("gds",))
+    assert got == ContainerAllocation(envs={"NVIDIA_GDS": "enabled"})
 
 
-def test_custom_cdi_annotation_prefix() -> None:
+def test_replicas_of_one_gpu_are_named_once_in_request_order(host: FakeHost) -> None:
+    devices = gpus(host.root)
+    replicas = replicate(devices[2], 4)
+    assert [r.id for r in replicas] == [f"{devices[2].id}::{n}" for n in range(4)]
+    request = [replicas[3], devices[0], replicas[1]]
+    got = respond(request, host.root, ["envvar", "cdi-cri"], specs=True)
+    assert dict(got.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{devices[2].id},{devices[0].id}"}
+    assert got.cdi_devices == (f"nvidia.com/gpu={devices[2].id}", f"nvidia.com/gpu={devices[0].id}")
+    assert [n.container_path for n in got.nodes] == [*CONTROL, "/dev/nvidia2", "/dev/nvidia0"]
+
+
+def test_mig_devices_parent_nodes_then_capabilities(host: FakeHost) -> None:
+    minors = generated_mig_minors(4)
+    migs = build_resources(
+        node_of("a100-mig"), "mixed", dev_root=host.root, device_specs=True, mig_minors=minors
+    )["nvidia.com/mig-1g.5gb"]
+    request = [migs[2], migs[0], migs[1]]  # GPU 1's, then two of GPU 0's
+    got = respond(request, host.root, ["envvar"], ids="index", specs=True)
+    assert dict(got.envs) == {"NVIDIA_VISIBLE_DEVICES": "1:0,0:2,0:3"}
+    facts = [gpu_facts(m) for m in request]
+    caps = [
+        f"/dev/nvidia-caps/nvidia-cap{minors[key]}"
+        for f in facts
+        for key in (
+            f"gpu{f.gpu_index}/gi{f.gpu_instance}/access",
+            f"gpu{f.gpu_index}/gi{f.gpu_instance}/ci{f.compute_instance}/access",
+        )
+    ]
+    assert [n.container_path for n in got.nodes] == [
+        *CONTROL,
+        "/dev/nvidia1",
+        "/dev/nvidia0",
+        *caps,
+    ]
+    assert all(n.host_path == f"{host.root}{n.container_path}" for n in got.nodes)
+
+
+def test_driver_container_dev_root_prefixes_every_host_path(tmp_path: Path) -> None:
+    """With nvidiaDevRoot /run/nvidia/driver the host paths carry it (none exist here, so the
+    optional control nodes are left out and the GPU nodes stay)."""
+    root = Path("/run/nvidia/driver")
+    devices = gpus(root)
+    got = respond([devices[1]], root, ["envvar"], specs=True)
+    assert got.nodes == (DeviceNode("/run/nvidia/driver/dev/nvidia1", "/dev/nvidia1", "rw"),)
+
+
+def test_custom_cdi_annotation_prefix(host: FakeHost) -> None:
     settings = AllocateSettings(
         device_list_strategies=("cdi-annotations",), cdi_annotation_prefix="cdi.example.com/"
     )
-    [key] = container_allocation(gpus(1), settings).annotations
+    [key] = container_allocation(gpus(host.root)[:1], settings).annotations
     assert key.startswith("cdi.example.com/nvidia-device-plugin_")
+    assert len(key.split("/", 1)[1]) <= 63  # the annotation name limit
 
 
-def test_replicas_of_one_gpu_are_named_once() -> None:
-    gpu = gpus(1)[0]
-    replicas = replicate(gpu, 4)
-    assert [r.id for r in replicas] == [f"{gpu.id}::{n}" for n in range(4)]
-    got = allocate(replicas[1:3], ["envvar", "cdi-cri"])
-    assert dict(got.envs) == {"NVIDIA_VISIBLE_DEVICES": gpu.id}
-    assert got.cdi_devices == (f"nvidia.com/gpu={gpu.id}",)
+# -- IMEX channels at start (internal/imex/imex.go GetChannels) --------------------------
 
 
-def test_mig_devices_by_uuid_and_index() -> None:
-    migs = build_resources(node_of("a100-mig"), "mixed")["nvidia.com/mig-1g.5gb"][:3]
-    assert dict(allocate(migs, ["envvar"], "index").envs) == {
-        "NVIDIA_VISIBLE_DEVICES": "0:2,0:3,1:0"
-    }
-    assert dict(allocate(migs, ["envvar"]).envs) == {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(m.id for m in migs)
-    }
+def test_imex_channel_found_under_the_dev_root(host: FakeHost) -> None:
+    assert find_imex_channels([0], host.root, required=True) == (ImexChannel("0"),)
+    assert find_imex_channels([], host.root, required=True) == ()
 
 
-CONTROL = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+def test_a_missing_optional_imex_channel_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert find_imex_channels([0], tmp_path, required=False) == ()
+    assert "ignoring requested IMEX channel channel0" in caplog.text
 
 
-@pytest.mark.parametrize(
-    ("driver_root", "prefix"),
-    [
-        pytest.param("/", "", id="host-driver"),
-        pytest.param("/run/nvidia/driver", "/run/nvidia/driver", id="driver-container"),
-    ],
-)
-def test_pass_device_specs_for_gpus(driver_root: str, prefix: str) -> None:
-    root = Path(driver_root)
-    devices = build_resources(node_of("pcie-4gpu"), "none", driver_root=root, device_specs=True)[
-        "nvidia.com/gpu"
-    ]
-    settings = AllocateSettings(pass_device_specs=True, driver_root=root)
-    got = container_allocation([devices[1], devices[3]], settings)
-    assert got.nodes == tuple(
-        DeviceNode(host_path=prefix + path, container_path=path, permissions="rw")
-        for path in ["/dev/nvidia1", "/dev/nvidia3", *CONTROL]
-    )
+def test_a_missing_required_imex_channel_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        find_imex_channels([0], tmp_path, required=True, source=("f.yaml", "imex.channelIDs"))
+    assert (caught.value.source, caught.value.field) == ("f.yaml", "imex.channelIDs")
+    assert "channel0 does not exist" in caught.value.reason
 
 
-def test_pass_device_specs_for_mig_adds_capability_nodes() -> None:
-    minors = generated_mig_minors(4)
-    migs = build_resources(node_of("a100-mig"), "mixed", device_specs=True, mig_minors=minors)[
-        "nvidia.com/mig-1g.5gb"
-    ]
-    one = migs[0]  # GPU 0, slot 2 -> GPU instance 3, compute instance 0 in the simulation
-    gi = minors["gpu0/gi3/access"]
-    ci = minors["gpu0/gi3/ci0/access"]
-    got = container_allocation([one], AllocateSettings(pass_device_specs=True))
-    assert [n.container_path for n in got.nodes] == [
-        "/dev/nvidia0",
-        f"/dev/nvidia-caps/nvidia-cap{gi}",
-        f"/dev/nvidia-caps/nvidia-cap{ci}",
-        *CONTROL,
-    ]
-
-
-def test_two_mig_devices_on_one_gpu_share_the_parent_node_once() -> None:
-    migs = build_resources(
-        node_of("a100-mig"), "mixed", device_specs=True, mig_minors=generated_mig_minors(4)
-    )["nvidia.com/mig-1g.5gb"][:2]
-    got = container_allocation(migs, AllocateSettings(pass_device_specs=True))
-    paths = [n.container_path for n in got.nodes]
-    assert paths.count("/dev/nvidia0") == 1
-    assert len(paths) == 1 + 4 + len(CONTROL)
+def test_an_imex_channel_that_is_not_a_character_device_does_not_count(host: FakeHost) -> None:
+    host.remove("/dev/nvidia-caps-imex-channels/channel0")
+    host.regular_file("/dev/nvidia-caps-imex-channels/channel0")
+    assert find_imex_channels([0], host.root, required=False) == ()
 
 
 def test_mig_minors_file_is_parsed(tmp_path: Path) -> None:

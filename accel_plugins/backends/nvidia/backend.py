@@ -18,7 +18,7 @@ from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
-from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica
+from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica, unmatched
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
@@ -71,7 +71,7 @@ class NvidiaBackend:
         base = build_resources(
             node,
             self.settings.mig_strategy,
-            driver_root=self.settings.driver_root,
+            dev_root=self.settings.dev_root,
             device_specs=self.settings.allocate.pass_device_specs,
             mig_minors=minors,
         )
@@ -84,6 +84,15 @@ class NvidiaBackend:
         with session(self.nvml):
             node = discover(self.nvml)
         self.build(node)
+        base = build_resources(node, self.settings.mig_strategy)
+        for entry in unmatched(base, self.settings.time_slicing):
+            log.warning(
+                "%s: %s.name: %s matches no device on this node (its resources: %s)",
+                self.settings.source or "config",
+                entry.where,
+                entry.name,
+                ", ".join(sorted(base)) or "none",
+            )
         return node
 
     def snapshot(self) -> DeviceTree:

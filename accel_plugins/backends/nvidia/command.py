@@ -5,9 +5,11 @@ YAML and the backend itself are imported inside :func:`build`. The choices
 below mirror constants of the heavy modules (config.py, container_contract.py,
 builtin_profiles.py); tests/unit/test_cli_backends.py keeps them equal.
 
-Every flag has its ``ACCEL_PLUGINS_<FLAG>`` twin and, where NVIDIA's plugin has
-one, NVIDIA's own variable (``MIG_STRATEGY``, ``CONFIG_FILE``...). Unset flags
-are None so the config file can fill them: flag > env > file > default.
+Every flag of NVIDIA's plugin (``cmd/nvidia-device-plugin/main.go``) is here
+under NVIDIA's name and aliases, with NVIDIA's variables (``MIG_STRATEGY``,
+``CONFIG_FILE``, ``GDS_ENABLED``...) besides our ``ACCEL_PLUGINS_<FLAG>``
+twin. Unset flags are None so the config file can fill them: flag > env >
+file > default.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 REPLICA_POLICIES = ("spread", "packed")
 SHARED_DEVICES_POLICIES = ("distributed", "packed")
+DEVICE_DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
 DEFAULT_RECOVERY_SECONDS = 60.0
 SIMULATED_PROFILES = ("a100-mig", "dgx-a100", "dgx-h100", "pcie-4gpu", "pcie-8gpu-nvlink-pairs")
 
@@ -27,6 +30,16 @@ def _device_list(text: str) -> tuple[str, ...]:
     from accel_plugins.backends.nvidia.config import parse_device_list_strategy
 
     return parse_device_list_strategy(text)
+
+
+def _channel_ids(text: str) -> tuple[int, ...]:
+    from accel_plugins.backends.nvidia.config import parse_channel_ids
+
+    return parse_channel_ids(text)
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
 def _seconds(text: str) -> float:
@@ -45,6 +58,13 @@ OPTIONS = (
         "NVIDIA device plugin config file (format v1); flags and env win over it",
         env=("CONFIG_FILE",),
         metavar="FILE",
+        aliases=("--config-file",),
+    ),
+    Option(
+        "--strict-config",
+        "refuse config keys NVIDIA's v1 does not define (default false: they load with a "
+        "warning, as NVIDIA's plugin ignores them)",
+        type=parse_bool,
     ),
     Option(
         "--simulate",
@@ -56,6 +76,32 @@ OPTIONS = (
         "how MIG devices are offered (built-in default none)",
         choices=MIG_STRATEGIES,
         env=("MIG_STRATEGY",),
+    ),
+    Option(
+        "--fail-on-init-error",
+        "exit 1 when NVML cannot start; false idles with no devices (default true)",
+        type=parse_bool,
+        env=("FAIL_ON_INIT_ERROR",),
+    ),
+    Option(
+        "--nvidia-driver-root",
+        "where the driver is installed on the host, e.g. / or /run/nvidia/driver (default /)",
+        env=("NVIDIA_DRIVER_ROOT",),
+        metavar="DIR",
+        aliases=("--driver-root",),
+    ),
+    Option(
+        "--nvidia-dev-root",
+        "where the GPU device nodes are on the host (default: the driver root)",
+        env=("NVIDIA_DEV_ROOT",),
+        metavar="DIR",
+        aliases=("--dev-root",),
+    ),
+    Option(
+        "--pass-device-specs",
+        "also hand the /dev/nvidia* nodes to the kubelet on Allocate (default false)",
+        type=parse_bool,
+        env=("PASS_DEVICE_SPECS",),
     ),
     Option(
         "--device-list-strategy",
@@ -71,22 +117,83 @@ OPTIONS = (
         env=("DEVICE_ID_STRATEGY",),
     ),
     Option(
-        "--pass-device-specs",
-        "also hand the /dev/nvidia* nodes to the kubelet on Allocate (default false)",
+        "--gdrcopy-enabled",
+        "NVIDIA_GDRCOPY=enabled in every container that gets a GPU (default false)",
         type=parse_bool,
-        env=("PASS_DEVICE_SPECS",),
+        env=("GDRCOPY_ENABLED",),
     ),
     Option(
-        "--fail-on-init-error",
-        "exit 1 when NVML cannot start; false idles with no devices (default true)",
+        "--gds-enabled",
+        "NVIDIA_GDS=enabled (GPUDirect Storage) in every container that gets a GPU (default false)",
         type=parse_bool,
-        env=("FAIL_ON_INIT_ERROR",),
+        env=("GDS_ENABLED",),
     ),
     Option(
-        "--nvidia-driver-root",
-        "where the driver is installed, e.g. / or /run/nvidia/driver (default /)",
-        env=("NVIDIA_DRIVER_ROOT",),
+        "--mofed-enabled",
+        "NVIDIA_MOFED=enabled in every container that gets a GPU (default false)",
+        type=parse_bool,
+        env=("MOFED_ENABLED",),
+    ),
+    Option(
+        "--cdi-annotation-prefix",
+        "prefix of the CDI annotation keys (default cdi.k8s.io/)",
+        env=("CDI_ANNOTATION_PREFIX",),
+        metavar="PREFIX",
+    ),
+    Option(
+        "--nvidia-cdi-hook-path",
+        "NVIDIA's CDI hook path for generated CDI specs (default /usr/bin/nvidia-ctk; "
+        "carried, for CDI spec writing)",
+        env=("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
+        metavar="PATH",
+        aliases=("--nvidia-ctk-path",),
+    ),
+    Option(
+        "--driver-root-ctr-path",
+        "where NVIDIA's chart mounts the driver root in the plugin container (default "
+        "/driver-root; carried, for CDI spec writing)",
+        env=("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
         metavar="DIR",
+        aliases=("--container-driver-root",),
+    ),
+    Option(
+        "--mps-root",
+        "host directory of the MPS control daemon's files (needed by sharing.mps)",
+        env=("MPS_ROOT",),
+        metavar="DIR",
+    ),
+    Option(
+        "--device-discovery-strategy",
+        "auto, nvml or tegra (default auto, which is nvml here; tegra is not supported)",
+        choices=DEVICE_DISCOVERY_STRATEGIES,
+        env=("DEVICE_DISCOVERY_STRATEGY",),
+    ),
+    Option(
+        "--imex-channel-ids",
+        "IMEX channels every container with a GPU gets: empty or 0 (config imex.channelIDs)",
+        type=_channel_ids,
+        env=("IMEX_CHANNEL_IDS",),
+        metavar="ID[,ID]",
+    ),
+    Option(
+        "--imex-required",
+        "exit 2 at start when a requested IMEX channel does not exist (default false: skip it)",
+        type=parse_bool,
+        env=("IMEX_REQUIRED",),
+    ),
+    Option(
+        "--cdi-feature-flags",
+        "feature flags for CDI spec generation, comma-separated (carried, for CDI spec writing)",
+        type=_list,
+        env=("CDI_FEATURE_FLAGS",),
+        metavar="FLAG[,FLAG]",
+    ),
+    Option(
+        "--cdi-disable-hooks",
+        "OCI hooks to leave out of generated CDI specs, or all (carried, for CDI spec writing)",
+        type=_list,
+        env=("CDI_DISABLE_HOOKS",),
+        metavar="HOOK[,HOOK]",
     ),
     Option(
         "--health-recovery-seconds",

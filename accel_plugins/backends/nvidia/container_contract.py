@@ -1,50 +1,93 @@
 """NVIDIA's container contract: what a container gets for a set of GPUs.
 
-Device-list strategies (combinable, as in NVIDIA's plugin):
+As NVIDIA's plugin answers Allocate (``internal/plugin/server.go``,
+``getAllocateResponse``), per device-list strategy (combinable):
 
-- ``envvar``: ``NVIDIA_VISIBLE_DEVICES=<id>,<id>``.
+- ``envvar``: ``NVIDIA_VISIBLE_DEVICES=<id>,<id>``, and
+  ``NVIDIA_IMEX_CHANNELS=<id>`` when IMEX channels are configured.
 - ``volume-mounts``: ``NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices``
   plus one mount of ``/dev/null`` at ``/var/run/nvidia-container-devices/<id>``
-  per device (an unprivileged pod cannot forge mounts, so it cannot widen its
-  own device list through the environment). Wins over ``envvar``'s value.
+  per device and ``.../imex/<channel>`` per IMEX channel (an unprivileged pod
+  cannot forge mounts, so it cannot widen its own device list through the
+  environment). Wins over ``envvar``'s value.
 - ``cdi-annotations``: annotation ``cdi.k8s.io/nvidia-device-plugin_<response>``
-  listing ``nvidia.com/gpu=<id>`` CDI names.
+  listing the CDI names ``nvidia.com/gpu=<id>`` (and ``nvidia.com/imex-channel=<id>``).
 - ``cdi-cri``: the same names in the response's ``cdi_devices`` field.
 
-``<id>`` is the UUID or the index (``0``, or ``0:1`` for a MIG device) per
-the device-ID strategy, listed in GPU index order. Replicas resolve to the GPU they share. With
-pass-device-specs the response also lists the device nodes under the driver
-root: each GPU's ``/dev/nvidiaN`` (the parent's for MIG, plus the MIG
-capability nodes), ``/dev/nvidiactl``, ``/dev/nvidia-uvm`` and
-``/dev/nvidia-uvm-tools``.
+``<id>`` is the UUID or the index (``0``, or ``0:1`` for a MIG device) per the
+device-ID strategy, in the kubelet's request order, replicas folded onto the
+GPU they share. ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS`` and ``NVIDIA_MOFED`` are
+``enabled`` when switched on, whatever the strategy. With CDI strategies only,
+that is all. Otherwise, with pass-device-specs, the device nodes under the dev
+root: the control nodes that exist (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset``), then each GPU's
+``/dev/nvidiaN`` (the parent's for MIG), then the MIG capability nodes, then
+the IMEX channel nodes.
+
+CDI names use the ``nvidia.com`` vendor of the NVIDIA Container Toolkit's
+generated spec (``nvidia-ctk cdi generate``): NVIDIA's plugin names
+``k8s.device-plugin.nvidia.com/gpu=<id>`` from a spec it writes itself, which
+this plugin does not write yet.
 """
 
 from __future__ import annotations
 
+import logging
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from accel_plugins.backends.nvidia.facts import gpu_facts
+from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
+
+log = logging.getLogger(__name__)
 
 ENVVAR = "envvar"
 VOLUME_MOUNTS = "volume-mounts"
 CDI_ANNOTATIONS = "cdi-annotations"
 CDI_CRI = "cdi-cri"
 DEVICE_LIST_STRATEGIES = (ENVVAR, VOLUME_MOUNTS, CDI_ANNOTATIONS, CDI_CRI)
+CDI_STRATEGIES = (CDI_ANNOTATIONS, CDI_CRI)
 DEVICE_ID_STRATEGIES = ("uuid", "index")
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 VOLUME_MOUNT_SOURCE = "/dev/null"
-CDI_KIND = "nvidia.com/gpu"
+CDI_VENDOR = "nvidia.com"
+CDI_KIND = f"{CDI_VENDOR}/gpu"
+CDI_IMEX_KIND = f"{CDI_VENDOR}/imex-channel"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 CDI_ANNOTATION_PLUGIN = "nvidia-device-plugin"
-CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CONTROL_NODES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+"""Passed with device specs when they exist, in NVIDIA's order (nvml_manager.go)."""
+IMEX_CHANNELS_ENV = "NVIDIA_IMEX_CHANNELS"
+IMEX_CHANNEL_DIR = "/dev/nvidia-caps-imex-channels"
+FEATURE_ENVS = (
+    ("NVIDIA_GDRCOPY", "gdrcopy_enabled"),
+    ("NVIDIA_GDS", "gds_enabled"),
+    ("NVIDIA_MOFED", "mofed_enabled"),
+)
 MIG_MINORS_FILE = "/proc/driver/nvidia-caps/mig-minors"
 _RESPONSE_NAMESPACE = uuid.UUID("0b7e9b4c-64a5-4d0e-9a38-4f2b7f1d9e11")
+
+
+@dataclass(frozen=True, slots=True)
+class ImexChannel:
+    """One IMEX channel a container gets: its ``id`` and its node (:attr:`path`)."""
+
+    id: str
+
+    @property
+    def path(self) -> str:
+        return f"{IMEX_CHANNEL_DIR}/channel{self.id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,37 +95,44 @@ class AllocateSettings:
     device_list_strategies: tuple[str, ...] = (ENVVAR,)
     device_id_strategy: str = "uuid"
     pass_device_specs: bool = False
-    driver_root: Path = Path("/")
+    dev_root: Path = Path("/")
+    """Where the device nodes are on the host (NVIDIA's nvidiaDevRoot); the plugin sees
+    them at the same path (the chart mounts the driver root there)."""
     cdi_annotation_prefix: str = DEFAULT_CDI_ANNOTATION_PREFIX
+    gdrcopy_enabled: bool = False
+    gds_enabled: bool = False
+    mofed_enabled: bool = False
+    imex_channels: tuple[ImexChannel, ...] = ()
+    """The configured channels found at start (:func:`find_imex_channels`)."""
 
 
-def host_path(driver_root: Path, path: str) -> str:
-    """``/dev/nvidia0`` under the driver root (``/run/nvidia/driver/dev/nvidia0``)."""
-    return str(PurePosixPath(str(driver_root)) / path.lstrip("/"))
+def host_path(dev_root: Path, path: str) -> str:
+    """``/dev/nvidia0`` under the dev root (``/run/nvidia/driver/dev/nvidia0``)."""
+    return str(PurePosixPath(str(dev_root)) / path.lstrip("/"))
 
 
-def device_node(driver_root: Path, path: str) -> DeviceNode:
-    return DeviceNode(host_path=host_path(driver_root, path), container_path=path, permissions="rw")
+def device_node(dev_root: Path, path: str) -> DeviceNode:
+    return DeviceNode(host_path=host_path(dev_root, path), container_path=path, permissions="rw")
 
 
-def gpu_nodes(driver_root: Path, minor: int) -> tuple[DeviceNode, ...]:
-    return (device_node(driver_root, f"/dev/nvidia{minor}"),)
+def gpu_nodes(dev_root: Path, minor: int) -> tuple[DeviceNode, ...]:
+    return (device_node(dev_root, f"/dev/nvidia{minor}"),)
 
 
 def mig_nodes(
-    driver_root: Path,
+    dev_root: Path,
     parent_minor: int,
     gpu_instance: int,
     compute_instance: int,
     mig_minors: Mapping[str, int],
 ) -> tuple[DeviceNode, ...]:
     """The parent GPU's node plus the GI and CI capability nodes that grant the MIG device."""
-    nodes = [device_node(driver_root, f"/dev/nvidia{parent_minor}")]
+    nodes = [device_node(dev_root, f"/dev/nvidia{parent_minor}")]
     gi = f"gpu{parent_minor}/gi{gpu_instance}/access"
     ci = f"gpu{parent_minor}/gi{gpu_instance}/ci{compute_instance}/access"
     for key in (gi, ci):
         if key in mig_minors:
-            nodes.append(device_node(driver_root, f"/dev/nvidia-caps/nvidia-cap{mig_minors[key]}"))
+            nodes.append(device_node(dev_root, f"/dev/nvidia-caps/nvidia-cap{mig_minors[key]}"))
     return tuple(nodes)
 
 
@@ -114,15 +164,48 @@ def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8
     return table
 
 
-def _position(device: Device) -> tuple[int, ...]:
-    return tuple(int(p) for p in gpu_facts(device).index.split(":") if p.isdigit())
+def _is_char_device(path: Path) -> bool:
+    try:
+        return stat.S_ISCHR(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def find_imex_channels(
+    channel_ids: Sequence[int],
+    dev_root: Path,
+    *,
+    required: bool,
+    source: tuple[str, str] = ("imex", "channelIDs"),
+) -> tuple[ImexChannel, ...]:
+    """The configured IMEX channels whose node exists (a character device) under the dev
+    root or at its own path, as NVIDIA's ``imex.GetChannels`` checks at start.
+
+    A missing channel is skipped with a warning, or a ConfigError when ``required``.
+    """
+    found: list[ImexChannel] = []
+    for number in channel_ids:
+        channel = ImexChannel(str(number))
+        places = dict.fromkeys([Path(host_path(dev_root, channel.path)), Path(channel.path)])
+        if any(_is_char_device(p) for p in places):
+            log.info("IMEX channel channel%s selected", channel.id)
+            found.append(channel)
+            continue
+        where = " or ".join(str(p) for p in places)
+        if required:
+            raise ConfigError(
+                *source,
+                f"requested IMEX channel channel{channel.id} does not exist ({where} is no "
+                "character device) and IMEX channels are required",
+            )
+        log.warning("ignoring requested IMEX channel channel%s: no device at %s", channel.id, where)
+    return tuple(found)
 
 
 def runtime_ids(devices: Sequence[Device], id_strategy: str) -> list[str]:
-    """The IDs the container runtime sees: in GPU index order (the kubelet's
-    request order is arbitrary), replicas folded onto their GPU."""
+    """The IDs the container runtime sees: in request order, replicas folded onto their GPU."""
     out: list[str] = []
-    for device in sorted(devices, key=_position):
+    for device in devices:
         facts = gpu_facts(device)
         value = facts.uuid if id_strategy == "uuid" else facts.index
         if value not in out:
@@ -130,37 +213,57 @@ def runtime_ids(devices: Sequence[Device], id_strategy: str) -> list[str]:
     return out
 
 
+def device_specs(devices: Sequence[Device], settings: AllocateSettings) -> tuple[DeviceNode, ...]:
+    """Control nodes that exist, the GPUs' nodes, the MIG capability nodes, the IMEX channels."""
+    root = settings.dev_root
+    nodes = [device_node(root, p) for p in CONTROL_NODES if Path(host_path(root, p)).exists()]
+    own = [node for device in devices for node in device.nodes]
+    gpus = [n for n in own if not n.container_path.startswith("/dev/nvidia-caps/")]
+    caps = [n for n in own if n.container_path.startswith("/dev/nvidia-caps/")]
+    imex = [device_node(root, channel.path) for channel in settings.imex_channels]
+    return tuple(dict.fromkeys([*nodes, *gpus, *caps, *imex]))
+
+
 def container_allocation(
     devices: Sequence[Device], settings: AllocateSettings
 ) -> ContainerAllocation:
     ids = runtime_ids(devices, settings.device_id_strategy)
+    channels = [channel.id for channel in settings.imex_channels]
     strategies = settings.device_list_strategies
     envs: dict[str, str] = {}
     mounts: list[Mount] = []
     annotations: dict[str, str] = {}
     cdi: tuple[str, ...] = ()
-    if ENVVAR in strategies:
-        envs[VISIBLE_DEVICES] = ",".join(ids)
-    if VOLUME_MOUNTS in strategies:
-        envs[VISIBLE_DEVICES] = VOLUME_MOUNT_ROOT
-        mounts = [
-            Mount(host_path=VOLUME_MOUNT_SOURCE, container_path=f"{VOLUME_MOUNT_ROOT}/{i}")
-            for i in ids
-        ]
-    names = tuple(f"{CDI_KIND}={i}" for i in ids)
+    names = (
+        *(f"{CDI_KIND}={i}" for i in ids),
+        *(f"{CDI_IMEX_KIND}={c}" for c in channels),
+    )
     if CDI_ANNOTATIONS in strategies:
         response = uuid.uuid5(_RESPONSE_NAMESPACE, ",".join(ids))
         key = f"{settings.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{response}"
         annotations[key] = ",".join(names)
     if CDI_CRI in strategies:
         cdi = names
-    nodes: list[DeviceNode] = []
-    if settings.pass_device_specs:
-        for device in sorted(devices, key=_position):
-            nodes.extend(n for n in device.nodes if n not in nodes)
-        nodes.extend(device_node(settings.driver_root, p) for p in CONTROL_NODES)
+    for name, attribute in FEATURE_ENVS:
+        if getattr(settings, attribute):
+            envs[name] = "enabled"
+    nodes: tuple[DeviceNode, ...] = ()
+    if any(s not in CDI_STRATEGIES for s in strategies):
+        if ENVVAR in strategies:
+            envs[VISIBLE_DEVICES] = ",".join(ids)
+            if channels:
+                envs[IMEX_CHANNELS_ENV] = ",".join(channels)
+        if VOLUME_MOUNTS in strategies:
+            envs[VISIBLE_DEVICES] = VOLUME_MOUNT_ROOT
+            paths = [*ids, *(f"imex/{c}" for c in channels)]
+            mounts = [
+                Mount(host_path=VOLUME_MOUNT_SOURCE, container_path=f"{VOLUME_MOUNT_ROOT}/{p}")
+                for p in paths
+            ]
+        if settings.pass_device_specs:
+            nodes = device_specs(devices, settings)
     return ContainerAllocation(
-        nodes=tuple(nodes),
+        nodes=nodes,
         mounts=tuple(mounts),
         envs=envs,
         annotations=annotations,

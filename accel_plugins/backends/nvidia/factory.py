@@ -6,6 +6,8 @@ command runs (it pulls in YAML and, for real GPUs, NVML).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,25 +17,45 @@ from accel_plugins.backends.nvidia.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     Overrides,
+    cdi_only_warnings,
     load_config_file,
     resolve,
 )
-from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
+from accel_plugins.backends.nvidia.container_contract import (
+    find_imex_channels,
+    generated_mig_minors,
+)
 from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
+from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory
+
+log = logging.getLogger(__name__)
 
 
 def _overrides(options: Mapping[str, Any]) -> Overrides:
     return Overrides(
         mig_strategy=options.get("mig_strategy"),
         fail_on_init_error=options.get("fail_on_init_error"),
+        mps_root=options.get("mps_root"),
         nvidia_driver_root=options.get("nvidia_driver_root"),
+        nvidia_dev_root=options.get("nvidia_dev_root"),
+        gdrcopy_enabled=options.get("gdrcopy_enabled"),
+        gds_enabled=options.get("gds_enabled"),
+        mofed_enabled=options.get("mofed_enabled"),
+        device_discovery_strategy=options.get("device_discovery_strategy"),
         pass_device_specs=options.get("pass_device_specs"),
         device_list_strategy=options.get("device_list_strategy"),
         device_id_strategy=options.get("device_id_strategy"),
+        cdi_annotation_prefix=options.get("cdi_annotation_prefix"),
+        nvidia_ctk_path=options.get("nvidia_cdi_hook_path"),
+        container_driver_root=options.get("driver_root_ctr_path"),
+        imex_channel_ids=options.get("imex_channel_ids"),
+        imex_required=options.get("imex_required"),
+        cdi_feature_flags=options.get("cdi_feature_flags"),
+        cdi_disable_hooks=options.get("cdi_disable_hooks"),
         health_recovery_seconds=options.get("health_recovery_seconds"),
         replica_policy=options.get("replica_policy"),
         shared_devices_allocation_policy=options.get("shared_devices_allocation_policy"),
@@ -47,8 +69,38 @@ def load_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> Nvi
     ``environ`` supplies the variables that have no flag (DP_DISABLE_HEALTHCHECKS...).
     """
     config = options.get("config")
-    file = load_config_file(Path(config)) if config else None
+    strict = bool(options.get("strict_config"))
+    file = load_config_file(Path(config), strict=strict) if config else None
     return resolve(_overrides(options), file, environ)
+
+
+def runnable_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> NvidiaSettings:
+    """:func:`load_settings`, refusing what this plugin cannot serve yet, with the IMEX
+    channels found on the node (a required one that is missing is a ConfigError)."""
+    settings = load_settings(options, environ)
+    if settings.mps is not None:
+        raise ConfigError(
+            settings.source or "config",
+            "sharing.mps",
+            "valid, but MPS sharing needs the MPS control daemon, which this plugin does not "
+            "run yet; share with sharing.timeSlicing instead",
+        )
+    if settings.device_discovery_strategy == "tegra":
+        raise ConfigError(
+            "--device-discovery-strategy",
+            "",
+            "tegra is not supported: this plugin discovers GPUs through NVML (auto or nvml)",
+        )
+    for warning in cdi_only_warnings(settings):
+        log.warning("%s", warning)
+    channels = find_imex_channels(
+        settings.imex.channel_ids,
+        settings.dev_root,
+        required=settings.imex.required,
+        source=settings.imex_source,
+    )
+    allocate = dataclasses.replace(settings.allocate, imex_channels=channels)
+    return dataclasses.replace(settings, allocate=allocate)
 
 
 def simulated_backend(
@@ -64,14 +116,15 @@ def simulated_backend(
 
 
 def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> BackendFactory:
-    """Validate now; the returned factory re-reads the config file each call (SIGHUP)."""
-    load_settings(options, environ)
+    """Validate now; the returned factory re-reads the config file on later calls (SIGHUP)."""
+    first: list[NvidiaSettings] = [runnable_settings(options, environ)]
     simulate = options.get("simulate")
     profile: NodeProfile | None = load_profile(simulate) if simulate else None
     library = options.get("nvml_library")
 
     def factory() -> Backend:
-        settings = load_settings(options, environ)
+        # The first build uses what was just validated (its warnings are logged once).
+        settings = first.pop() if first else runnable_settings(options, environ)
         if profile is not None:
             return simulated_backend(profile, settings)
         return create_backend(Pynvml(settings.driver_root, library=library), settings)

@@ -31,14 +31,16 @@ class MigStrategyError(BackendError):
 
 
 def mig_resource(profile: str) -> str:
-    return f"nvidia.com/mig-{profile}"
+    """``nvidia.com/mig-1g.10gb``; a ``+`` (``1g.10gb+me``) becomes ``.``, as NVIDIA names it
+    (a resource name has no ``+``; ``rm.AddDefaultResourcesToConfig``)."""
+    return f"nvidia.com/mig-{profile}".replace("+", ".")
 
 
-def gpu_device(gpu: Gpu, *, driver_root: Path, device_specs: bool) -> Device:
+def gpu_device(gpu: Gpu, *, dev_root: Path, device_specs: bool) -> Device:
     return Device(
         id=gpu.uuid,
         numa_nodes=() if gpu.numa_node is None else (gpu.numa_node,),
-        nodes=gpu_nodes(driver_root, gpu.minor) if device_specs else (),
+        nodes=gpu_nodes(dev_root, gpu.minor) if device_specs else (),
         facts=GpuFacts(
             kind="gpu",
             index=str(gpu.index),
@@ -59,12 +61,12 @@ def mig_device(
     gpu: Gpu,
     mig: MigDevice,
     *,
-    driver_root: Path,
+    dev_root: Path,
     device_specs: bool,
     mig_minors: Mapping[str, int],
 ) -> Device:
     nodes = (
-        mig_nodes(driver_root, gpu.minor, mig.gpu_instance, mig.compute_instance, mig_minors)
+        mig_nodes(dev_root, gpu.minor, mig.gpu_instance, mig.compute_instance, mig_minors)
         if device_specs
         else ()
     )
@@ -96,7 +98,7 @@ def build_resources(
     node: Node,
     strategy: str,
     *,
-    driver_root: Path = Path("/"),
+    dev_root: Path = Path("/"),
     device_specs: bool = False,
     mig_minors: Mapping[str, int] | None = None,
 ) -> dict[str, list[Device]]:
@@ -104,12 +106,10 @@ def build_resources(
     minors = mig_minors or {}
 
     def whole(gpu: Gpu) -> Device:
-        return gpu_device(gpu, driver_root=driver_root, device_specs=device_specs)
+        return gpu_device(gpu, dev_root=dev_root, device_specs=device_specs)
 
     def part(gpu: Gpu, mig: MigDevice) -> Device:
-        return mig_device(
-            gpu, mig, driver_root=driver_root, device_specs=device_specs, mig_minors=minors
-        )
+        return mig_device(gpu, mig, dev_root=dev_root, device_specs=device_specs, mig_minors=minors)
 
     out: dict[str, list[Device]] = {}
     if strategy == "none":

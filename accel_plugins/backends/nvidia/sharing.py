@@ -76,6 +76,13 @@ def _select(
     return chosen
 
 
+def unmatched(
+    resources: Mapping[str, Sequence[Device]], sharing: TimeSlicing
+) -> list[ReplicatedResource]:
+    """Entries naming a resource the node does not have (valid names, as NVIDIA accepts them)."""
+    return [entry for entry in sharing.resources if entry.name not in resources]
+
+
 def apply_time_slicing(
     resources: Mapping[str, Sequence[Device]], sharing: TimeSlicing, *, source: str = "config"
 ) -> dict[str, list[Device]]:

@@ -61,6 +61,23 @@ app.kubernetes.io/part-of: accel-plugins
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the NVIDIA plugin may run with a MIG strategy other than none, as NVIDIA's chart
+decides it: nvidia.migStrategy, else the rendered config's flags.migStrategy; an existing
+ConfigMap may hold any strategy. Call with (dict "root" $ "backend" "nvidia" "values" ...).
+*/}}
+{{- define "accel-plugins.nvidiaMig" -}}
+{{- $v := .values }}
+{{- if $v.migStrategy }}
+{{- ne $v.migStrategy "none" }}
+{{- else if $v.existingConfigMap }}
+{{- true }}
+{{- else }}
+{{- $flags := default dict (default dict $v.config).flags }}
+{{- ne (toString (default "none" $flags.migStrategy)) "none" }}
+{{- end }}
+{{- end }}
+
 {{/* Values that contradict each other stop the render with a message naming the keys. */}}
 {{- define "accel-plugins.validate" -}}
 {{- $v := .Values }}
