@@ -59,7 +59,8 @@ class ManagerSettings:
     register_timeout: float = 5.0
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
-    # Safety net behind inotify (missed events, exotic filesystems).
+    # Socket checks: every check_interval without inotify (exotic filesystems);
+    # with it, only check_interval after a resource failed to serve.
     check_interval: float = 5.0
     # A backend that crashes, returns, or cannot be built is rebuilt after
     # backend_restart_delay, doubling up to backend_restart_max; a run that
@@ -145,7 +146,13 @@ class Manager:
         watcher = self._watch()
         self._note_kubelet(self._kubelet_identity())
         self._restart_backend()
-        checker = asyncio.create_task(self._periodic_check(), name="socket check")
+        # Without inotify a timer stands in for the events; with it, an idle
+        # plugin does not wake up at all.
+        checker = (
+            asyncio.create_task(self._periodic_check(), name="socket check")
+            if watcher is None
+            else None
+        )
         try:
             while True:
                 event = await self._queue.get()
@@ -157,7 +164,8 @@ class Manager:
                 except AccelPluginsError as exc:
                     log.error("%s", exc)
         finally:
-            checker.cancel()
+            if checker is not None:
+                checker.cancel()
             if watcher is not None:
                 watcher.close()
             await self._stop_backend()
@@ -250,6 +258,12 @@ class Manager:
         elif event.removed and event.name.startswith(self.settings.socket_prefix):
             self._post(_Event.CHECK)
 
+    def _check_later(self) -> None:
+        """One socket check after check_interval (a failed serve, with or without inotify)."""
+        asyncio.get_running_loop().call_later(
+            self.settings.check_interval, self._post, _Event.CHECK
+        )
+
     async def _periodic_check(self) -> None:
         while True:
             await asyncio.sleep(self.settings.check_interval)
@@ -296,8 +310,12 @@ class Manager:
                     await plugin.restart(RestartReason.SOCKET_REMOVED)
                 except ServeError as exc:
                     log.error(
-                        "resource %s: %s; trying again on the next check", plugin.resource, exc
+                        "resource %s: %s; trying again in %gs",
+                        plugin.resource,
+                        exc,
+                        self.settings.check_interval,
                     )
+                    self._check_later()
             else:
                 plugin.check_registration(identity)
 
@@ -323,7 +341,13 @@ class Manager:
                 await plugin.serve()
             except ServeError as exc:
                 # Kept unserved, so the next socket check serves it; the others go on.
-                log.error("resource %s: %s; trying again on the next check", resource, exc)
+                log.error(
+                    "resource %s: %s; trying again in %gs",
+                    resource,
+                    exc,
+                    self.settings.check_interval,
+                )
+                self._check_later()
                 continue
             plugin.register()
 

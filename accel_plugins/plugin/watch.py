@@ -2,7 +2,7 @@
 
 Used to notice a kubelet restart at once: kubelet.sock being re-created, or
 our own socket being removed. Where inotify is unavailable the caller falls
-back to its periodic check, which runs anyway as a safety net.
+back to its periodic check.
 """
 
 from __future__ import annotations

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from accel_plugins.backends.generic import monitor
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.watch import InotifyError
 from tests.generic_fixtures import FakeHost, RunBackend
 
 SERIAL = "accel-plugins.io/serial"
@@ -104,16 +109,60 @@ async def test_vanished_devices_are_dropped_after_the_grace_period(
     await published.wait_for(lambda t: t[SERIAL] == {})
 
 
-async def test_changes_without_a_file_event_are_found_by_the_anchor_rescan(
-    fake_host: FakeHost, run_backend: RunBackend
+async def test_without_inotify_the_rescan_timer_is_the_net(
+    fake_host: FakeHost, run_backend: RunBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def no_inotify(*args: object) -> None:
+        raise InotifyError("inotify_init1 failed: too many instances")
+
+    monkeypatch.setattr(monitor, "DirWatcher", no_inotify)
     dev = fake_host.node("/dev/ttyUSB0")
     usb = fake_host.sys_device("pci0000:00/0000:00:14.0", {"numa_node": "-1"})
     fake_host.sys_device("pci0000:00/0000:00:14.0/ttyUSB0", dev=dev)
     published = await run_backend(backend(fake_host, rescan_interval=0.05))
     assert published.latest[SERIAL][ID0].numa_nodes == ()
-    (usb / "numa_node").write_text("1\n")  # sysfs is not watched; the timer is the net
+    (usb / "numa_node").write_text("1\n")  # no event anywhere: only the timer finds it
     await published.wait_for(lambda t: t[SERIAL][ID0].numa_nodes == (1,))
+    fake_host.node("/dev/ttyUSB1")
+    await published.wait_for(lambda t: ID1 in t[SERIAL])
+
+
+class Waits:
+    """Records the timeout of every ChangeFeed.wait: None means no timer, events only."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.timeouts: list[float | None] = []
+        self.changed = asyncio.Event()
+        original = monitor.ChangeFeed.wait
+
+        async def wait(feed: monitor.ChangeFeed, timeout: float | None) -> monitor.Wakeup:
+            self.timeouts.append(timeout)
+            self.changed.set()
+            return await original(feed, timeout)
+
+        monkeypatch.setattr(monitor.ChangeFeed, "wait", wait)
+
+    async def next(self) -> float | None:
+        self.changed.clear()
+        await asyncio.wait_for(self.changed.wait(), 5)
+        return self.timeouts[-1]
+
+
+async def test_an_idle_plugin_has_no_timer_while_events_cover_everything(
+    fake_host: FakeHost, run_backend: RunBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    waits = Waits(monkeypatch)
+    fake_host.node("/dev/ttyUSB0")
+    published = await run_backend(backend(fake_host, rescan_interval=0.05, vanished_grace=60))
+    assert waits.timeouts[-1] is None, "no periodic wake-up: inotify covers every directory"
+    fake_host.remove("/dev/ttyUSB0")
+    await published.wait_for(lambda t: t[SERIAL][ID0].health.value == "Unhealthy")
+    # A vanished device is carried through its grace period: only a scan can end it.
+    assert waits.timeouts[-1] == 0.05
+    fake_host.node("/dev/ttyUSB0")
+    await published.wait_for(lambda t: t[SERIAL][ID0].health.value == "Healthy")
+    while waits.timeouts[-1] is not None:
+        await waits.next()
 
 
 async def test_cdi_names_and_spec_files(

@@ -166,6 +166,22 @@ class GenericBackend:
             groups.add(facts.group)
         return len(groups) > 1
 
+    def _rescan_timer(self, feed: ChangeFeed) -> float | None:
+        """Seconds until the next scan without an event; None while events cover everything.
+
+        An idle plugin wakes only for events: inotify on every directory that
+        decides the scan, and uevents when udev matchers are configured. The
+        timer stays for what no event reports: a directory inotify could not
+        watch, udev matchers without a uevent source, and vanished devices
+        whose holders (or grace period) only a later scan can check.
+        """
+        events_cover = feed.watching_all and (
+            not self._discovery.uses_udev or feed.source is not UdevSource.OFF
+        )
+        if events_cover and not self._vanished.carrying:
+            return None
+        return self.settings.rescan_interval
+
     def rescan(self) -> None:
         """Scan again now (when running), as if a device event had arrived."""
         if self._feed is not None:
@@ -191,7 +207,7 @@ class GenericBackend:
                 if feed.watch(self._discovery.watch_dirs()):
                     # A directory appeared between scan and watch: look again now.
                     feed.signal(Wakeup.INOTIFY)
-                reason = await feed.wait(self.settings.rescan_interval)
+                reason = await feed.wait(self._rescan_timer(feed))
         finally:
             self._feed = None
             feed.close()

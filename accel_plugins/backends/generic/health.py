@@ -58,6 +58,11 @@ class VanishedDevices:
         self._last: dict[str, dict[str, Device]] = {}
         self._since: dict[tuple[str, str], float] = {}
 
+    @property
+    def carrying(self) -> bool:
+        """Vanished devices are being reported; only a later scan can drop them."""
+        return bool(self._since)
+
     def apply(self, found: Mapping[str, Mapping[str, Device]]) -> dict[str, dict[str, Device]]:
         """``found`` plus the vanished devices still worth reporting."""
         now = self._clock()

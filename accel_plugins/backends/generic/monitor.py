@@ -59,6 +59,7 @@ class ChangeFeed:
         self._monitor_fd = -1
         self._watcher: DirWatcher | None = None
         self._watched: set[Path] = set()
+        self._unwatched: set[Path] = set()
         self._loop = asyncio.get_running_loop()
         self.source = UdevSource.OFF
 
@@ -94,9 +95,15 @@ class ChangeFeed:
 
     # -- inotify ----------------------------------------------------------------
 
+    @property
+    def watching_all(self) -> bool:
+        """Every directory asked for is under inotify (no timer needed for them)."""
+        return self._watcher is not None and not self._unwatched
+
     def watch(self, directories: Collection[Path]) -> bool:
         """Watch these directories too; True when one was added (a rescan is due)."""
         new = set(directories) - self._watched
+        self._unwatched = set()
         if not new:
             return False
         if self._watcher is None:
@@ -113,6 +120,7 @@ class ChangeFeed:
             except OSError as exc:  # InotifyError included
                 # Gone again, or out of watches: the periodic rescan covers it.
                 log.debug("cannot watch %s: %s", directory, exc)
+                self._unwatched.add(directory)
                 continue
             self._watched.add(directory)
             added = True
@@ -134,7 +142,8 @@ class ChangeFeed:
     def clear(self) -> None:
         self._event.clear()
 
-    async def wait(self, timeout: float) -> Wakeup:
+    async def wait(self, timeout: float | None) -> Wakeup:
+        """The first signal's reason; Wakeup.TIMER after ``timeout`` (None: no timer)."""
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
         except TimeoutError:
