@@ -68,6 +68,9 @@ class _BreakableEvents:
             raise NvmlError("nvmlEventSetWait", 999, "Unknown Error")
         return self._inner.wait(timeout_ms)
 
+    def interrupt(self) -> None:
+        self._inner.interrupt()
+
     def free(self) -> None:
         self._inner.free()
 

@@ -13,7 +13,7 @@ from accel_plugins.backends.nvidia.container_contract import container_allocatio
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
-from accel_plugins.backends.nvidia.health import HealthMonitor, XidPolicy
+from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
@@ -42,7 +42,7 @@ class NvidiaBackend:
         settings: NvidiaSettings,
         *,
         mig_minors: Mapping[str, int] | None = None,
-        wait_ms: int = 500,
+        wait_ms: int = EVENT_WAIT_MS,
     ) -> None:
         self.nvml = nvml
         self.settings = settings
@@ -208,7 +208,7 @@ def create_backend(
     settings: NvidiaSettings,
     *,
     mig_minors: Mapping[str, int] | None = None,
-    wait_ms: int = 500,
+    wait_ms: int = EVENT_WAIT_MS,
 ) -> Backend:
     """A checked NvidiaBackend, or an IdleBackend when NVML fails and that is allowed.
 

@@ -45,6 +45,12 @@ from accel_plugins.backends.nvidia.nvml import EventSet, Nvml, XidEvent
 log = logging.getLogger(__name__)
 
 DEFAULT_IGNORED_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+# One NVML event wait, as long as NVIDIA's plugin waits (its health check's
+# eventSet.Wait(5000)): an idle plugin wakes every 5 s, not twice a second.
+EVENT_WAIT_MS = 5000
+# How long stopping waits for the event thread; past it, a real NVML wait
+# still runs to its timeout in the (daemon) thread, which then exits.
+STOP_JOIN_SECONDS = 1.0
 _ALL = frozenset({"all", "xids"})
 
 
@@ -122,7 +128,7 @@ class HealthMonitor:
         *,
         on_change: Callable[[], None],
         recovery_seconds: float = 60.0,
-        wait_ms: int = 500,
+        wait_ms: int = EVENT_WAIT_MS,
     ) -> None:
         self._nvml = nvml
         self._gpus = {g.uuid: g for g in gpus}
@@ -132,6 +138,7 @@ class HealthMonitor:
         self._wait_ms = wait_ms
         self._faults: dict[str, Fault] = {}
         self._stop = threading.Event()
+        self._events: EventSet | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probes: set[asyncio.Future[None]] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -182,8 +189,11 @@ class HealthMonitor:
                 timer.cancel()
             for probe in self._probes:
                 probe.cancel()
-            # The thread wakes within one wait timeout; join off the loop.
-            await asyncio.shield(asyncio.to_thread(thread.join))
+            if self._events is not None:
+                self._events.interrupt()
+            # A simulated wait ends at once; NVML's only at its timeout. Past
+            # STOP_JOIN_SECONDS the daemon thread is left to end on its own.
+            await asyncio.shield(asyncio.to_thread(thread.join, STOP_JOIN_SECONDS))
 
     def mark(self, units: Iterable[str], reason: str) -> None:
         """Record a critical fault on ``units`` (event-loop thread only)."""
@@ -292,6 +302,7 @@ class HealthMonitor:
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self.ready.set)
             return
+        self._events = events
         try:
             self._register(events)
             if self._loop is not None:

@@ -101,6 +101,13 @@ class EventSet(Protocol):
         """Block up to ``timeout_ms``; None on timeout. GpuLostError when a GPU vanished."""
         ...
 
+    def interrupt(self) -> None:
+        """End a blocked ``wait`` now (returning None) where the library can.
+
+        NVML cannot: its wait ends at the timeout. Callable from any thread.
+        """
+        ...
+
     def free(self) -> None: ...
 
 
@@ -558,6 +565,9 @@ class _PynvmlEventSet:
             gpu_instance=None if whole else gi,
             compute_instance=None if whole else ci,
         )
+
+    def interrupt(self) -> None:
+        pass  # nvmlEventSetWait has no cancel; the waiter sees its stop flag at the timeout
 
     def free(self) -> None:
         import pynvml

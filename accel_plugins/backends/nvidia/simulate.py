@@ -331,6 +331,7 @@ class _SimEventSet:
         self.queue: deque[XidEvent] = deque()
         self.lost_pending = False
         self.freed = False
+        self.interrupted = False
 
     def register(self, handle: Handle) -> None:
         h = self._owner._gpu("nvmlDeviceRegisterEvents", handle)
@@ -350,9 +351,15 @@ class _SimEventSet:
                     self.lost_pending = False
                     raise GpuLostError("nvmlEventSetWait", _GPU_IS_LOST, "GPU is lost")
                 remaining = deadline - owner._clock()
-                if remaining <= 0:
+                if remaining <= 0 or self.interrupted:
+                    self.interrupted = False
                     return None
                 owner._cond.wait(remaining if next_due is None else min(remaining, next_due))
+
+    def interrupt(self) -> None:
+        with self._owner._cond:
+            self.interrupted = True
+            self._owner._cond.notify_all()
 
     def free(self) -> None:
         with self._owner._cond:
