@@ -7,6 +7,11 @@ on 16 nodes under a temporary /dev. Measured: start until the kubelet has
 the devices, memory after a /metrics scrape, idle CPU, and SIGKILL followed
 by a fresh start until the kubelet has the same devices again (stale socket
 removed by the new process).
+
+Each figure stands beside Python's floor, measured in the same run: a process
+that imports grpc and prometheus_client and starts a grpc.aio server on a
+unix socket (exec until it serves, its RSS, its idle CPU). The goals are
+ratios to that floor: start-up <= 1.5x, RSS <= floor + 8 MB, idle <= 0.05 %.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import stat
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib import Row, cpu_seconds, rss_mb
@@ -27,6 +33,55 @@ from benchlib import Row, cpu_seconds, rss_mb
 from accel_plugins.kubelet import Kubelet
 
 ROOT = Path(__file__).resolve().parent.parent
+FLOOR_CHILD = """
+import asyncio, sys
+import grpc, prometheus_client
+
+async def main():
+    server = grpc.aio.server()
+    server.add_insecure_port("unix:" + sys.argv[1])
+    await server.start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@dataclass(frozen=True)
+class Floor:
+    start_ms: float
+    rss_mb: float
+    idle_pct: float
+
+
+async def measure_floor(workdir: Path, idle: float, runs: int = 5) -> Floor:
+    """The bare Python gRPC process: best of ``runs`` starts, then its RSS and idle CPU."""
+    starts: list[float] = []
+    for n in range(runs):
+        began = time.perf_counter()
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", FLOOR_CHILD, str(workdir / f"floor{n}.sock"),
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert child.stdout is not None
+        assert (await child.stdout.readline()).strip() == b"ready"
+        starts.append((time.perf_counter() - began) * 1000)
+        if n < runs - 1:
+            child.kill()
+            await child.wait()
+    try:
+        await asyncio.sleep(1.0)
+        rss = rss_mb(child.pid)
+        cpu0, wall0 = cpu_seconds(child.pid), time.monotonic()
+        await asyncio.sleep(idle)
+        cpu = (cpu_seconds(child.pid) - cpu0) / (time.monotonic() - wall0) * 100
+    finally:
+        child.kill()
+        await child.wait()
+    return Floor(min(starts), rss, cpu)
+
+
 GENERIC_CONFIG = "devices: [{name: accel, groups: [{paths: [{path: /dev/bench*}]}]}]\n"
 
 
@@ -61,7 +116,13 @@ def commands(workdir: Path) -> dict[str, tuple[str, int, list[str]]]:
 
 
 async def run_vendor(
-    vendor: str, resource: str, count: int, extra: list[str], workdir: Path, idle: float
+    vendor: str,
+    resource: str,
+    count: int,
+    extra: list[str],
+    workdir: Path,
+    idle: float,
+    floor: Floor,
 ) -> list[Row]:
     plugin_dir = workdir / f"{vendor}-plugins"
     port = free_port()
@@ -84,11 +145,18 @@ async def run_vendor(
 
     rows: list[Row] = []
     async with Kubelet(plugin_dir) as kubelet:
-        began = time.perf_counter()
-        child = await start()
-        try:
+        colds: list[float] = []
+        for _ in range(3):  # best of three, as for the floor
+            began = time.perf_counter()
+            child = await start()
             await kubelet.wait_for_resource(resource, allocatable=count, timeout=60)
-            cold = (time.perf_counter() - began) * 1000
+            colds.append((time.perf_counter() - began) * 1000)
+            if len(colds) < 3:
+                child.terminate()
+                await child.wait()
+                await kubelet.wait_for(lambda k: not k.resources[resource].connected)
+        cold = min(colds)
+        try:
             ids = kubelet.resources[resource].healthy
             url = f"http://127.0.0.1:{port}/metrics"
             await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
@@ -110,11 +178,15 @@ async def run_vendor(
             if child.returncode is None:
                 child.terminate()
                 await child.wait()
-    rows.append(
-        Row(f"{vendor}: process start -> devices at kubelet", cold, "ms", "<= 2000", cold <= 2000)
-    )
-    rows.append(Row(f"{vendor}: RSS after a scrape", rss, "MB", "<= 60", rss <= 60))
-    rows.append(Row(f"{vendor}: idle CPU over {idle:.0f} s", cpu, "% core", "<= 0.1", cpu <= 0.1))
+    start_ratio = cold / floor.start_ms
+    rss_over = rss - floor.rss_mb
+    rows += [
+        Row(f"{vendor}: process start -> devices at kubelet", cold, "ms", "", None),
+        Row(f"{vendor}: start / floor", start_ratio, "x", "<= 1.5", start_ratio <= 1.5),
+        Row(f"{vendor}: RSS after a scrape", rss, "MB", "", None),
+        Row(f"{vendor}: RSS - floor", rss_over, "MB", "<= 8", rss_over <= 8),
+        Row(f"{vendor}: idle CPU over {idle:.0f} s", cpu, "% core", "<= 0.05", cpu <= 0.05),
+    ]
     rows.append(
         Row(f"{vendor}: SIGKILL, restart -> same devices", again, "ms", "<= 2000", again <= 2000)
     )
@@ -123,7 +195,12 @@ async def run_vendor(
 
 async def bench_cli(args: argparse.Namespace, workdir: Path) -> list[Row]:
     idle = 5.0 if args.quick else float(args.idle_seconds)
-    rows: list[Row] = []
+    floor = await measure_floor(workdir, idle)
+    rows = [
+        Row("floor: python + grpc + prometheus_client", floor.start_ms, "ms", "reference", None),
+        Row("floor: RSS", floor.rss_mb, "MB", "reference", None),
+        Row(f"floor: idle CPU over {idle:.0f} s", floor.idle_pct, "% core", "reference", None),
+    ]  # fmt: skip
     for vendor, (resource, count, extra) in commands(workdir).items():
-        rows += await run_vendor(vendor, resource, count, extra, workdir, idle)
+        rows += await run_vendor(vendor, resource, count, extra, workdir, idle, floor)
     return rows
