@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from accel_plugins.plugin.lifecycle import ResourcePlugin
 from accel_plugins.plugin.registration import API_VERSION
-from accel_plugins.plugin.server import MAX_SOCKET_PATH, ServeError
+from accel_plugins.plugin.server import ServeError, SocketServer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         return reg.RegistrationStatusResponse()
 
 
-class RegistrationServer:
+class RegistrationServer(SocketServer):
     """Serves one RegistrationServicer on ``socket_path`` (mode 0600) until stopped.
 
     A stale socket of that name is removed first; only the socket this server
@@ -85,53 +84,18 @@ class RegistrationServer:
     """
 
     def __init__(self, servicer: RegistrationServicer, socket_path: Path) -> None:
-        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
-            raise ServeError(
-                f"socket path {socket_path} is longer than the {MAX_SOCKET_PATH} bytes "
-                "a unix socket address can hold; use a shorter --plugins-registry-dir"
-            )
+        super().__init__(
+            socket_path,
+            lambda server: reg_grpc.add_RegistrationServicer_to_server(servicer, server),
+            directory_flag="--plugins-registry-dir",
+        )
         self.servicer = servicer
-        self.socket_path = socket_path
-        self._server: grpc.aio.Server | None = None
-        self._inode: int | None = None
 
     async def start(self) -> None:
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise ServeError(
-                f"cannot remove {self.socket_path} to serve there: {exc.strerror}"
-            ) from exc
-        server = grpc.aio.server()
-        reg_grpc.add_RegistrationServicer_to_server(self.servicer, server)
-        if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
-            raise ServeError(f"cannot listen on {self.socket_path}")
-        self._server = server  # before awaiting: a cancelled start is still stopped
-        await server.start()
-        try:
-            os.chmod(self.socket_path, 0o600)
-            self._inode = self.socket_path.stat().st_ino
-        except FileNotFoundError:
-            await self.stop()
-            raise ServeError(f"{self.socket_path} was removed while it was being served") from None
-
-    def socket_alive(self) -> bool:
-        """True while the socket file this server created is in place."""
-        try:
-            return self._inode is not None and self.socket_path.stat().st_ino == self._inode
-        except FileNotFoundError:
-            return False
+        await self._serve()
 
     async def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            await server.stop(0)
-        if self.socket_alive():
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
-        self._inode = None
+        await self._stop_serving(0)
 
 
 class WatchedResourcePlugin(ResourcePlugin):

@@ -1,10 +1,17 @@
-"""One gRPC server on one unix socket, serving one resource's servicer."""
+"""One gRPC server on one unix socket, serving one resource's servicer.
+
+:class:`SocketServer` owns what every socket of ours shares (the path length
+check, the stale file removed first, mode 0600, removing only the socket it
+created); :class:`PluginServer` serves the DevicePlugin service on it, the
+plugin watcher's RegistrationServer the pluginregistration one.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -29,22 +36,32 @@ def socket_name(prefix: str, resource: str) -> str:
     return f"{prefix}{resource.replace('/', '_')}.sock"
 
 
-class PluginServer:
-    """Serves a DevicePluginServicer on ``socket_path`` until stopped."""
+class SocketServer:
+    """A grpc.aio server on ``socket_path`` (mode 0600) until stopped.
 
-    def __init__(self, servicer: DevicePluginServicer, socket_path: Path) -> None:
+    ``add_services`` puts the servicers on a new server; ``directory_flag``
+    names the flag that chose the directory, for the path-too-long error.
+    """
+
+    def __init__(
+        self,
+        socket_path: Path,
+        add_services: Callable[[grpc.aio.Server], None],
+        *,
+        directory_flag: str,
+    ) -> None:
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
             raise ServeError(
                 f"socket path {socket_path} is longer than the {MAX_SOCKET_PATH} bytes "
-                "a unix socket address can hold; use a shorter --plugin-dir"
+                f"a unix socket address can hold; use a shorter {directory_flag}"
             )
-        self.servicer = servicer
         self.socket_path = socket_path
+        self._add_services = add_services
         self._server: grpc.aio.Server | None = None
         self._inode: int | None = None
 
-    async def start(self, probe_timeout: float = 2.0) -> None:
-        """Remove a stale socket of our name, serve, and check that it answers."""
+    async def _serve(self) -> None:
+        """Remove a stale socket of our name and serve; ServeError when that fails."""
         try:
             self.socket_path.unlink()
         except FileNotFoundError:
@@ -54,21 +71,54 @@ class PluginServer:
                 f"cannot remove {self.socket_path} to serve there: {exc.strerror}"
             ) from exc
         server = grpc.aio.server()
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
+        self._add_services(server)
         if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
             raise ServeError(f"cannot listen on {self.socket_path}")
+        self._server = server  # before awaiting: a cancelled start is still stopped
         await server.start()
-        self._server = server
         try:
             # Only the kubelet (root) has any business on this socket.
             os.chmod(self.socket_path, 0o600)
             self._inode = self.socket_path.stat().st_ino
         except FileNotFoundError:
             # A starting kubelet wipes the directory; this must not crash the plugin.
-            await self.stop(grace=0)
+            await self._stop_serving(0)
             raise ServeError(
                 f"{self.socket_path} was removed while it was being served (kubelet restart?)"
             ) from None
+
+    def socket_alive(self) -> bool:
+        """True while the socket file we created is still in place (not removed or replaced)."""
+        try:
+            return self._inode is not None and self.socket_path.stat().st_ino == self._inode
+        except FileNotFoundError:
+            return False
+
+    async def _stop_serving(self, grace: float) -> None:
+        """Stop serving and remove our socket (only ours)."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+        if self.socket_alive():
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        self._inode = None
+
+
+class PluginServer(SocketServer):
+    """Serves a DevicePluginServicer on ``socket_path`` until stopped."""
+
+    def __init__(self, servicer: DevicePluginServicer, socket_path: Path) -> None:
+        super().__init__(
+            socket_path,
+            lambda server: pb_grpc.add_DevicePluginServicer_to_server(servicer, server),
+            directory_flag="--plugin-dir",
+        )
+        self.servicer = servicer
+
+    async def start(self, probe_timeout: float = 2.0) -> None:
+        """Remove a stale socket of our name, serve, and check that it answers."""
+        await self._serve()
         await self._probe(probe_timeout)
 
     async def _probe(self, timeout: float) -> None:
@@ -94,20 +144,7 @@ class PluginServer:
             return f"does not answer on {self.socket_path}: {exc.code().name}"
         return None
 
-    def socket_alive(self) -> bool:
-        """True while the socket file we created is still in place (not removed or replaced)."""
-        try:
-            return self._inode is not None and self.socket_path.stat().st_ino == self._inode
-        except FileNotFoundError:
-            return False
-
     async def stop(self, grace: float = 0.5) -> None:
         """End streams cleanly, stop serving, and remove our socket (only ours)."""
         self.servicer.close()
-        server, self._server = self._server, None
-        if server is not None:
-            await server.stop(grace)
-        if self.socket_alive():
-            with contextlib.suppress(FileNotFoundError):
-                self.socket_path.unlink()
-        self._inode = None
+        await self._stop_serving(grace)
