@@ -11,9 +11,11 @@ import asyncio
 import signal
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accel_plugins.kubelet import Kubelet
 from tests.generic_fixtures import FakeHost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,27 @@ class Node:
     argv: list[str]
     resource: str
     devices: int
+
+
+def ready(node: Node, registrations: int = 0, *, source: str = "") -> Callable[[Kubelet], bool]:
+    """Registered beyond ``registrations`` (by ``source`` when given, e.g. "plugin watcher")
+    with all of ``node``'s devices, healthy."""
+
+    def check(k: Kubelet) -> bool:
+        view = k.resources.get(node.resource)
+        return (
+            len(k.registrations) > registrations
+            and (not source or k.registrations[-1].source.startswith(source))
+            and view is not None
+            and view.connected
+            and view.allocatable == node.devices
+        )
+
+    return check
+
+
+def our_sockets(directory: Path) -> list[Path]:
+    return sorted(directory.glob("accel-*.sock"))
 
 
 @dataclass

@@ -23,7 +23,14 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.backends.nvidia.simulated_profile import load_profile_file
 from accel_plugins.kubelet import Kubelet, PluginClient
-from tests.reliability.plugin_process import Node, PluginProcesses, generic_node, nvidia_node
+from tests.reliability.plugin_process import (
+    Node,
+    PluginProcesses,
+    generic_node,
+    nvidia_node,
+    our_sockets,
+    ready,
+)
 
 START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine
 
@@ -39,25 +46,6 @@ async def plugins(kubelet_dir: Path, tmp_path: Path) -> AsyncIterator[PluginProc
     processes = PluginProcesses(kubelet_dir, tmp_path)
     yield processes
     await processes.stop_all()
-
-
-def ready(node: Node, registrations: int = 0) -> Callable[[Kubelet], bool]:
-    """The kubelet has a registration beyond ``registrations`` and all devices, healthy."""
-
-    def check(k: Kubelet) -> bool:
-        view = k.resources.get(node.resource)
-        return (
-            len(k.registrations) > registrations
-            and view is not None
-            and view.connected
-            and view.allocatable == node.devices
-        )
-
-    return check
-
-
-def our_sockets(plugin_dir: Path) -> list[Path]:
-    return sorted(plugin_dir.glob("accel-*.sock"))
 
 
 @pytest.mark.parametrize("make_node", NODES)

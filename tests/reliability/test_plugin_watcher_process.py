@@ -18,7 +18,14 @@ import pytest
 
 from accel_plugins.kubelet import Kubelet, PluginClient
 from tests.cli_support import run_cli
-from tests.reliability.plugin_process import Node, PluginProcesses, generic_node, nvidia_node
+from tests.reliability.plugin_process import (
+    Node,
+    PluginProcesses,
+    generic_node,
+    nvidia_node,
+    our_sockets,
+    ready,
+)
 
 START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine
 
@@ -40,24 +47,9 @@ def watched(registry: Path) -> tuple[str, ...]:
     return ("--registration", "plugin-watcher", "--plugins-registry-dir", str(registry))
 
 
-def ready(node: Node, registrations: int = 0) -> Callable[[Kubelet], bool]:
+def watched_ready(node: Node, registrations: int = 0) -> Callable[[Kubelet], bool]:
     """Registered by the plugin watcher beyond ``registrations``, all devices healthy."""
-
-    def check(k: Kubelet) -> bool:
-        view = k.resources.get(node.resource)
-        return (
-            len(k.registrations) > registrations
-            and k.registrations[-1].source.startswith("plugin watcher")
-            and view is not None
-            and view.connected
-            and view.allocatable == node.devices
-        )
-
-    return check
-
-
-def sockets(directory: Path) -> list[Path]:
-    return sorted(directory.glob("accel-*.sock"))
+    return ready(node, registrations, source="plugin watcher")
 
 
 @pytest.mark.parametrize("make_node", NODES)
@@ -70,11 +62,11 @@ async def test_registered_through_restarts_and_a_sigkill(
 ) -> None:
     node = make_node(tmp_path)
     first = await plugins.spawn(node, *watched(registry_dir))
-    await watching_kubelet.wait_for(ready(node), START_TIMEOUT)
+    await watching_kubelet.wait_for(watched_ready(node), START_TIMEOUT)
     ids = sorted(watching_kubelet.resources[node.resource].devices)
     held = await watching_kubelet.allocate("pod", "main", node.resource, 1)
-    (registration,) = sockets(registry_dir)
-    (endpoint,) = sockets(watching_kubelet.plugin_dir)
+    (registration,) = our_sockets(registry_dir)
+    (endpoint,) = our_sockets(watching_kubelet.plugin_dir)
     assert registration.name == endpoint.name
     assert watching_kubelet.registrations[-1].endpoint == str(endpoint)
     assert stat.S_IMODE(registration.stat().st_mode) == 0o600
@@ -84,22 +76,22 @@ async def test_registered_through_restarts_and_a_sigkill(
     for _ in range(3):
         registrations = len(watching_kubelet.registrations)
         await watching_kubelet.restart()
-        await watching_kubelet.wait_for(ready(node, registrations), START_TIMEOUT)
+        await watching_kubelet.wait_for(watched_ready(node, registrations), START_TIMEOUT)
         assert sorted(watching_kubelet.resources[node.resource].devices) == ids
 
     # SIGKILL: both socket files stay behind, nobody answers there.
     first.send_signal(signal.SIGKILL)
     assert await first.wait() == -signal.SIGKILL
     await watching_kubelet.wait_for(lambda k: not k.resources[node.resource].connected)
-    assert sockets(registry_dir) == [registration]
+    assert our_sockets(registry_dir) == [registration]
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_unix_connection(registration)
 
     registrations = len(watching_kubelet.registrations)
     second = await plugins.spawn(node, *watched(registry_dir))
-    await watching_kubelet.wait_for(ready(node, registrations), START_TIMEOUT)
+    await watching_kubelet.wait_for(watched_ready(node, registrations), START_TIMEOUT)
     assert sorted(watching_kubelet.resources[node.resource].devices) == ids
-    assert sockets(registry_dir) == [registration]  # replaced by a live one
+    assert our_sockets(registry_dir) == [registration]  # replaced by a live one
     assert watching_kubelet.allocations == [held]
     async with PluginClient(endpoint) as client:
         assert await client.allocate([list(held.device_ids)]) == [held.response]
@@ -107,8 +99,8 @@ async def test_registered_through_restarts_and_a_sigkill(
     # SIGTERM: both sockets removed, the kubelet lets go.
     second.send_signal(signal.SIGTERM)
     assert await asyncio.wait_for(second.wait(), timeout=5.0) == 0
-    assert sockets(registry_dir) == []
-    assert sockets(watching_kubelet.plugin_dir) == []
+    assert our_sockets(registry_dir) == []
+    assert our_sockets(watching_kubelet.plugin_dir) == []
     await watching_kubelet.wait_for(lambda k: not k.resources[node.resource].connected)
     assert "Traceback" not in plugins.output(first) + plugins.output(second)
 
