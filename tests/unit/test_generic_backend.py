@@ -127,6 +127,30 @@ async def test_without_inotify_the_rescan_timer_is_the_net(
     await published.wait_for(lambda t: ID1 in t[SERIAL])
 
 
+@pytest.mark.parametrize(
+    ("config", "timer"),
+    [
+        pytest.param(CONFIG, None, id="path globs: inotify covers, no timer"),
+        pytest.param(
+            "devices: [{name: serial, groups: [{udev: [{subsystem: tty}]}]}]",
+            0.05,
+            id="udev matchers: sysfs and maybe-absent uevents, timer kept",
+        ),
+    ],
+)
+async def test_which_configs_keep_the_rescan_timer(
+    fake_host: FakeHost, config: str, timer: float | None
+) -> None:
+    generic = backend(fake_host, config, rescan_interval=0.05)
+    feed = monitor.ChangeFeed()
+    try:
+        feed.watch({fake_host.dev})
+        assert feed.watching_all
+        assert generic._rescan_timer(feed) == timer
+    finally:
+        feed.close()
+
+
 class Waits:
     """Records the timeout of every ChangeFeed.wait: None means no timer, events only."""
 

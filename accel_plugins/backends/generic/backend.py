@@ -169,15 +169,16 @@ class GenericBackend:
     def _rescan_timer(self, feed: ChangeFeed) -> float | None:
         """Seconds until the next scan without an event; None while events cover everything.
 
-        An idle plugin wakes only for events: inotify on every directory that
-        decides the scan, and uevents when udev matchers are configured. The
-        timer stays for what no event reports: a directory inotify could not
-        watch, udev matchers without a uevent source, and vanished devices
-        whose holders (or grace period) only a later scan can check.
+        An idle plugin of path globs wakes only for inotify events on every
+        directory that decides the scan. The timer stays for what no event is
+        sure to report: a directory inotify could not watch; udev or USB
+        matchers (their attributes live in sysfs, which inotify cannot watch,
+        and inside a pod without the host's network udevd's uevents never
+        arrive, so a monitor that opened is no proof that events come); and
+        vanished devices whose holders (or grace period) only a later scan
+        can check.
         """
-        events_cover = feed.watching_all and (
-            not self._discovery.uses_udev or feed.source is not UdevSource.OFF
-        )
+        events_cover = feed.watching_all and not self._discovery.uses_udev
         if events_cover and not self._vanished.carrying:
             return None
         return self.settings.rescan_interval
