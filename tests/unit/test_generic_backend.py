@@ -13,8 +13,8 @@ import pytest
 from accel_plugins.backends.generic import monitor
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
-from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.backends.generic.discovery import UnitFacts, device_id
+from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 from accel_plugins.plugin.watch import InotifyError
 from tests.generic_fixtures import FakeHost, RunBackend
 
@@ -149,6 +149,33 @@ async def test_which_configs_keep_the_rescan_timer(
         assert generic._rescan_timer(feed) == timer
     finally:
         feed.close()
+
+
+def unit(name: str, group: int = 0, replica: int = 0, numa: int | None = None) -> Device:
+    return Device(
+        f"{name}-{replica}",
+        numa_nodes=() if numa is None else (numa,),
+        nodes=(DeviceNode(f"/dev/{name}"),),
+        facts=UnitFacts(group=group, replica=replica),
+    )
+
+
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [
+        pytest.param([unit("a"), unit("b")], False, id="units alike in one group"),
+        pytest.param([unit("null", replica=n) for n in range(4)], False, id="replicas of one unit"),
+        pytest.param(
+            [unit("a"), unit("a", replica=1), unit("b")], True, id="replicas of two units"
+        ),
+        pytest.param([unit("a"), unit("b", group=1)], True, id="two config groups"),
+        pytest.param([unit("a", numa=0), unit("b", numa=1)], True, id="two NUMA nodes"),
+    ],
+)
+def test_which_resources_have_something_to_prefer(
+    fake_host: FakeHost, devices: list[Device], expected: bool
+) -> None:
+    assert backend(fake_host).has_preference(SERIAL, devices) is expected
 
 
 class Waits:

@@ -31,7 +31,7 @@ from accel_plugins.plugin.allocation import (
     spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import Publish
-from accel_plugins.plugin.device import Device, DeviceTree
+from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 
 log = logging.getLogger(__name__)
 
@@ -155,16 +155,22 @@ class GenericBackend:
         )
 
     def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
-        """Something to choose: two NUMA nodes, two config groups, or replicas of a unit."""
+        """Something to choose: two NUMA nodes, two config groups, or replicas of two units.
+
+        Replicas of one unit (``count: 4`` of /dev/null) are the same nodes
+        whichever is taken: nothing to choose there.
+        """
         if spans_numa_nodes(devices):
             return True
         groups: set[int] = set()
+        units: set[tuple[DeviceNode, ...]] = set()
+        replicated = False
         for device in devices:
             facts = device.facts_as(UnitFacts)
-            if facts.replica > 0:
-                return True
+            replicated = replicated or facts.replica > 0
             groups.add(facts.group)
-        return len(groups) > 1
+            units.add(device.nodes)
+        return len(groups) > 1 or (replicated and len(units) > 1)
 
     def _rescan_timer(self, feed: ChangeFeed) -> float | None:
         """Seconds until the next scan without an event; None while events cover everything.
