@@ -181,7 +181,7 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--log-level", default="info", choices=LOG_LEVELS, help="least severe level")
 
 
-def _add_kubelet_flags(parser: argparse.ArgumentParser) -> None:
+def _add_kubelet_flags(parser: argparse.ArgumentParser, socket_env: Sequence[str] = ()) -> None:
     add_flag(
         parser,
         "--plugin-dir",
@@ -194,6 +194,7 @@ def _add_kubelet_flags(parser: argparse.ArgumentParser) -> None:
         "--kubelet-socket",
         type=Path,
         default=None,
+        env=socket_env,
         help="the kubelet's registration socket (default: <plugin-dir>/kubelet.sock)",
     )
 
@@ -269,7 +270,8 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
         sub.add_parser(backend.name, **kwargs)
         return
     p = sub.add_parser(backend.name, help=command.summary, description=command.summary)
-    _add_kubelet_flags(p)
+    # NVIDIA's plugin reads KUBELET_SOCKET too; ours wins when both are set.
+    _add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
     _add_registration_flags(p)
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)

@@ -45,6 +45,28 @@ def test_plugin_dir_precedence(
     assert args.plugin_dir == expected
 
 
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({}, None, id="unset: <plugin-dir>/kubelet.sock"),
+        pytest.param({"KUBELET_SOCKET": "/k/a.sock"}, Path("/k/a.sock"), id="NVIDIA's name"),
+        pytest.param(
+            {"KUBELET_SOCKET": "/k/a.sock", "ACCEL_PLUGINS_KUBELET_SOCKET": "/k/b.sock"},
+            Path("/k/b.sock"),
+            id="ours wins",
+        ),
+    ],
+)
+def test_backends_read_nvidias_kubelet_socket_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: Path | None
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for command in ("nvidia", "generic"):
+        args = build_parser([command]).parse_args([command])
+        assert args.kubelet_socket == expected
+
+
 def test_bad_env_value_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
