@@ -68,8 +68,8 @@ class _BreakableEvents:
             raise NvmlError("nvmlEventSetWait", 999, "Unknown Error")
         return self._inner.wait(timeout_ms)
 
-    def interrupt(self) -> None:
-        self._inner.interrupt()
+    def interrupt(self) -> bool:
+        return self._inner.interrupt()
 
     def free(self) -> None:
         self._inner.free()

@@ -189,11 +189,11 @@ class HealthMonitor:
                 timer.cancel()
             for probe in self._probes:
                 probe.cancel()
-            if self._events is not None:
-                self._events.interrupt()
-            # A simulated wait ends at once; NVML's only at its timeout. Past
-            # STOP_JOIN_SECONDS the daemon thread is left to end on its own.
-            await asyncio.shield(asyncio.to_thread(thread.join, STOP_JOIN_SECONDS))
+            interrupted = self._events is not None and self._events.interrupt()
+            # An interrupted wait ends at once: join the thread. NVML's ends only at
+            # its timeout: past STOP_JOIN_SECONDS the daemon thread ends on its own.
+            limit = None if interrupted else STOP_JOIN_SECONDS
+            await asyncio.shield(asyncio.to_thread(thread.join, limit))
 
     def mark(self, units: Iterable[str], reason: str) -> None:
         """Record a critical fault on ``units`` (event-loop thread only)."""

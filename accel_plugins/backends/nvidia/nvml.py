@@ -101,8 +101,8 @@ class EventSet(Protocol):
         """Block up to ``timeout_ms``; None on timeout. GpuLostError when a GPU vanished."""
         ...
 
-    def interrupt(self) -> None:
-        """End a blocked ``wait`` now (returning None) where the library can.
+    def interrupt(self) -> bool:
+        """End a blocked ``wait`` now (returning None) where the library can; True if so.
 
         NVML cannot: its wait ends at the timeout. Callable from any thread.
         """
@@ -566,8 +566,8 @@ class _PynvmlEventSet:
             compute_instance=None if whole else ci,
         )
 
-    def interrupt(self) -> None:
-        pass  # nvmlEventSetWait has no cancel; the waiter sees its stop flag at the timeout
+    def interrupt(self) -> bool:
+        return False  # nvmlEventSetWait has no cancel; the waiter sees its stop flag at the timeout
 
     def free(self) -> None:
         import pynvml

@@ -356,10 +356,11 @@ class _SimEventSet:
                     return None
                 owner._cond.wait(remaining if next_due is None else min(remaining, next_due))
 
-    def interrupt(self) -> None:
+    def interrupt(self) -> bool:
         with self._owner._cond:
             self.interrupted = True
             self._owner._cond.notify_all()
+        return True
 
     def free(self) -> None:
         with self._owner._cond:
