@@ -185,18 +185,27 @@ def _add_kubelet_flags(parser: argparse.ArgumentParser, socket_env: Sequence[str
     add_flag(
         parser,
         "--plugin-dir",
-        type=Path,
+        type=socket_path,
         default=DEFAULT_PLUGIN_DIR,
         help="directory of the kubelet's device plugin sockets",
     )
     add_flag(
         parser,
         "--kubelet-socket",
-        type=Path,
+        type=socket_path,
         default=None,
         env=socket_env,
         help="the kubelet's registration socket (default: <plugin-dir>/kubelet.sock)",
     )
+
+
+def socket_path(text: str) -> Path:
+    """A socket or its directory, made absolute against the working directory.
+
+    gRPC reads ``unix://dir/x.sock`` as an authority, not a relative path, so a
+    relative --plugin-dir could never be served and the plugin retried forever.
+    """
+    return Path(text).absolute()
 
 
 def absolute_path(text: str) -> Path:
@@ -229,7 +238,7 @@ def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
         "--pod-resources-socket",
-        type=Path,
+        type=socket_path,
         default=DEFAULT_POD_RESOURCES_SOCKET,
         help="the kubelet's PodResources API, to learn which devices pods hold",
     )
@@ -321,7 +330,7 @@ def build_parser(
     add_flag(
         p,
         "--pod-resources-socket",
-        type=Path,
+        type=socket_path,
         default=None,
         help="also serve the PodResources API on this socket",
     )

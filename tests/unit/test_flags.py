@@ -67,6 +67,36 @@ def test_backends_read_nvidias_kubelet_socket_variable(
         assert args.kubelet_socket == expected
 
 
+@pytest.mark.parametrize("command", ["generic", "nvidia", "kubelet"])
+@pytest.mark.parametrize(
+    ("argv", "env", "dest"),
+    [
+        pytest.param(["--plugin-dir", "pd"], {}, "plugin_dir", id="plugin-dir flag"),
+        pytest.param([], {"ACCEL_PLUGINS_PLUGIN_DIR": "pd"}, "plugin_dir", id="plugin-dir env"),
+        pytest.param(["--kubelet-socket", "pd/k.sock"], {}, "kubelet_socket", id="kubelet-socket"),
+        pytest.param(
+            ["--pod-resources-socket", "pr.sock"], {}, "pod_resources_socket", id="pod-resources"
+        ),
+    ],
+)
+def test_relative_socket_paths_are_made_absolute(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    command: str,
+    argv: list[str],
+    env: dict[str, str],
+    dest: str,
+) -> None:
+    # gRPC reads unix://pd/x.sock as an authority: a relative plugin dir was never served.
+    monkeypatch.chdir(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = build_parser([command, *argv]).parse_args([command, *argv])
+    value = getattr(args, dest)
+    assert value.is_absolute()
+    assert value.parent in (tmp_path, tmp_path / "pd")
+
+
 def test_bad_env_value_names_the_variable(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
