@@ -37,7 +37,7 @@ from accel_plugins import __version__
 from accel_plugins.entrypoints import EntryPointRef, entry_points
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.flags import add_flag, parse_bool
-from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, setup_logging
+from accel_plugins.logs import LOG_FORMATS, LOG_LEVELS, fatal, setup_logging
 from accel_plugins.plugin.command import ENTRY_POINT_GROUP, BackendCommand, BackendContext, Option
 
 if TYPE_CHECKING:
@@ -456,10 +456,9 @@ def _missing(modules: Iterable[str]) -> list[str]:
 
 def _not_installed(name: str, command: BackendCommand, missing: Sequence[str]) -> int:
     which = "which is" if len(missing) == 1 else "which are"
-    print(
+    fatal(
         f"accel-plugins: backend {name} needs {', '.join(missing)}, {which} not installed: "
-        f"{command.install_hint()}",
-        file=sys.stderr,
+        f"{command.install_hint()}"
     )
     return EXIT_CONFIG
 
@@ -610,10 +609,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_backend(args.command, command, args)
         return runners[args.command](args)
     except ConfigError as exc:
-        print(f"{prefix}: configuration error: {exc}", file=sys.stderr)
+        fatal(f"{prefix}: configuration error: {exc}")
         return EXIT_CONFIG
     except AccelPluginsError as exc:
-        print(f"{prefix}: error: {exc}", file=sys.stderr)
+        fatal(f"{prefix}: error: {exc}")
         return 1
     except KeyboardInterrupt:
         return 0

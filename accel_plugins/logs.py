@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from typing import TextIO
 
 LOG_FORMATS = ("text", "json")
@@ -22,6 +23,22 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+def fatal(message: str, stream: TextIO | None = None) -> None:
+    """Say why the process exits: a plain line, or one JSON object under --log-format json.
+
+    Printed rather than logged so it appears whatever --log-level says; its
+    shape follows the handler setup_logging installed, so a collector that
+    parses every line as JSON gets this one too.
+    """
+    out = stream or sys.stderr
+    handlers = logging.getLogger().handlers
+    if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
+        entry = {"ts": round(time.time(), 3), "level": "fatal", "logger": "accel_plugins"}
+        print(json.dumps({**entry, "msg": message}, ensure_ascii=False), file=out, flush=True)
+    else:
+        print(message, file=out, flush=True)
 
 
 def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
