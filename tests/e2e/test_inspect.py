@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from accel_plugins.inspect import (
 )
 from accel_plugins.kubelet import ContainerResponse, DeviceState, PluginOptions
 from accel_plugins.kubelet.client import unix_target
+from tests.cli_support import run_cli_async
 from tests.kubelet_fixtures import MakePlugin
 
 DEVICES = [
@@ -241,18 +240,7 @@ async def test_invalid_preferred_answer(make_plugin: MakePlugin) -> None:
 
 
 async def _cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "accel_plugins.cli",
-        "inspect",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_cli_async("inspect", *args)
 
 
 async def test_cli_prints_json(make_plugin: MakePlugin) -> None:

@@ -3,15 +3,14 @@ only when the plugin requires it, its outcome reported (text, JSON, exit status)
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 
 import grpc
 import pytest
 
 from accel_plugins.inspect import InspectError, inspect_plugin, render_text
 from accel_plugins.kubelet import PluginOptions
+from tests.cli_support import run_cli_async
 from tests.kubelet_fixtures import MakePlugin, widgets
 
 REQUIRED = PluginOptions(pre_start_required=True)
@@ -83,18 +82,7 @@ async def test_pre_start_needs_a_dry_run(make_plugin: MakePlugin) -> None:
 
 
 async def _cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "accel_plugins.cli",
-        "inspect",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_cli_async("inspect", *args)
 
 
 @pytest.mark.parametrize(("failing", "code"), [(False, 0), (True, 1)], ids=["ok", "failing"])

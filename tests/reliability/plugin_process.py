@@ -19,6 +19,7 @@ from accel_plugins.kubelet import Kubelet
 from tests.generic_fixtures import FakeHost
 
 ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine
 
 
 @dataclass

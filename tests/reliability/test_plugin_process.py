@@ -24,6 +24,7 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.backends.nvidia.simulated_profile import load_profile_file
 from accel_plugins.kubelet import Kubelet, PluginClient
 from tests.reliability.plugin_process import (
+    START_TIMEOUT,
     Node,
     PluginProcesses,
     generic_node,
@@ -31,8 +32,6 @@ from tests.reliability.plugin_process import (
     our_sockets,
     ready,
 )
-
-START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine
 
 NODES = [
     pytest.param(lambda root: nvidia_node(), id="nvidia-simulated"),

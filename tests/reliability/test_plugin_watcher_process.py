@@ -19,6 +19,7 @@ import pytest
 from accel_plugins.kubelet import Kubelet, PluginClient
 from tests.cli_support import run_cli
 from tests.reliability.plugin_process import (
+    START_TIMEOUT,
     Node,
     PluginProcesses,
     generic_node,
@@ -26,8 +27,6 @@ from tests.reliability.plugin_process import (
     our_sockets,
     ready,
 )
-
-START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine
 
 NODES = [
     pytest.param(lambda root: nvidia_node("dgx-h100", devices=8), id="nvidia-simulated"),

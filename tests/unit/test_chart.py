@@ -422,6 +422,14 @@ def test_conflicting_values_fail_with_a_message(values: Obj, message: str) -> No
             "/generic/devices/0",
             id="device-without-name",
         ),
+        pytest.param(
+            {"common": {"registration": "watcher"}}, "/common/registration", id="registration"
+        ),
+        pytest.param(
+            {"common": {"pluginsRegistryDir": "plugins_registry"}},
+            "/common/pluginsRegistryDir",
+            id="relative-plugins-registry-dir",
+        ),
     ],
 )
 def test_schema_rejects_bad_values(values: Obj, where: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from tests.chart_support import (
-    CHART,
     Obj,
     ci_values,
     container,
@@ -72,20 +71,3 @@ def test_the_registry_cannot_be_the_device_plugin_directory() -> None:
     }
     with pytest.raises(helm.HelmRenderError, match=r"common\.pluginsRegistryDir must differ"):
         render(values)
-
-
-@pytest.mark.parametrize(
-    ("values", "where"),
-    [
-        pytest.param({"common": {"registration": "watcher"}}, "/common/registration", id="mode"),
-        pytest.param(
-            {"common": {"pluginsRegistryDir": "plugins_registry"}},
-            "/common/pluginsRegistryDir",
-            id="relative-dir",
-        ),
-    ],
-)
-def test_schema_rejects_bad_registration_values(values: Obj, where: str) -> None:
-    helm = helm_sdk()
-    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match=where):
-        chart.validate_schema(values)
