@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
@@ -14,11 +16,13 @@ from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, XidPolicy
+from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
+from accel_plugins.backends.nvidia.mps_root import MpsRoot, with_mps
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
-from accel_plugins.backends.nvidia.sharing import apply_time_slicing, is_replica, unmatched
+from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
@@ -51,6 +55,8 @@ class NvidiaBackend:
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
         self._links: LinkMatrix | None = None
+        self._mps_resources: frozenset[str] = frozenset()
+        self._mps: MpsReadiness | None = None
         self.telemetry = GpuTelemetry(nvml)
 
     @property
@@ -75,9 +81,19 @@ class NvidiaBackend:
             device_specs=self.settings.allocate.pass_device_specs,
             mig_minors=minors,
         )
-        return apply_time_slicing(
-            base, self.settings.time_slicing, source=self.settings.source or "config"
+        shared = apply_sharing(
+            base,
+            self.settings.time_slicing,
+            self.settings.mps,
+            source=self.settings.source or "config",
         )
+        self._mps_resources = shared.mps
+        return shared.resources
+
+    @property
+    def mps_resources(self) -> frozenset[str]:
+        """The resources whose replicas are MPS-shared (after :meth:`build`)."""
+        return self._mps_resources
 
     def check(self) -> Node:
         """Init NVML, discover and build once, then shut down: raises what ``run`` would."""
@@ -85,7 +101,8 @@ class NvidiaBackend:
             node = discover(self.nvml)
         self.build(node)
         base = build_resources(node, self.settings.mig_strategy)
-        for entry in unmatched(base, self.settings.time_slicing):
+        sections = [self.settings.time_slicing, *([self.settings.mps] if self.settings.mps else [])]
+        for entry in (e for section in sections for e in unmatched(base, section)):
             log.warning(
                 "%s: %s.name: %s matches no device on this node (its resources: %s)",
                 self.settings.source or "config",
@@ -108,9 +125,16 @@ class NvidiaBackend:
                 bad = True  # a faulty MIG device makes its whole GPU unusable
             return Health.UNHEALTHY if bad else Health.HEALTHY
 
+        def mps_down(name: str) -> bool:
+            # MPS replicas stay listed while their control daemon is down, Unhealthy.
+            return name in self._mps_resources and not (self._mps and self._mps.is_ready(name))
+
         return tree(
             {
-                name: [d.with_health(health(d)) for d in devices]
+                name: [
+                    d.with_health(Health.UNHEALTHY if mps_down(name) else health(d))
+                    for d in devices
+                ]
                 for name, devices in self._resources.items()
             }
         )
@@ -122,6 +146,12 @@ class NvidiaBackend:
             initialised = True
             node = await asyncio.to_thread(discover, self.nvml)
             self._resources = self.build(node)
+            if self._mps_resources:
+                self._mps = MpsReadiness(
+                    MpsRoot(Path(self.settings.mps_root)),
+                    self._mps_resources,
+                    on_change=lambda: publish(self.snapshot()),
+                )
             publish(self.snapshot())
             self._monitor = HealthMonitor(
                 self.nvml,
@@ -133,7 +163,10 @@ class NvidiaBackend:
                 recovery_seconds=self.settings.health_recovery_seconds,
                 wait_ms=self._wait_ms,
             )
-            await self._monitor.run()
+            if self._mps is None:
+                await self._monitor.run()
+            else:
+                await _both(self._monitor.run(), self._mps.run())
         finally:
             try:
                 if initialised:
@@ -146,7 +179,8 @@ class NvidiaBackend:
         return self.telemetry.collect(self._monitor, self._resources, holders)
 
     def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
-        sharing = self.settings.time_slicing
+        mps = resource in self._mps_resources and self.settings.mps is not None
+        sharing = self.settings.mps if mps and self.settings.mps else self.settings.time_slicing
         if (
             sharing.fail_requests_greater_than_one
             and len(devices) > 1
@@ -156,7 +190,10 @@ class NvidiaBackend:
                 f"request for {len(devices)} devices of {resource} is too large: "
                 "shared resources allow at most 1 per container (failRequestsGreaterThanOne)"
             )
-        return container_allocation(devices, self.settings.allocate)
+        allocation = container_allocation(devices, self.settings.allocate)
+        if mps:
+            return with_mps(allocation, resource, Path(self.settings.mps_root))
+        return allocation
 
     def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
         """Something to choose once the devices sit on two physical GPUs or more.
@@ -189,6 +226,19 @@ class NvidiaBackend:
             size,
             replica_policy=self.settings.replica_policy,
         )
+
+
+async def _both(first: Coroutine[Any, Any, None], second: Coroutine[Any, Any, None]) -> None:
+    """Run two loops; the first to fail (or end) cancels the other."""
+    tasks = [asyncio.ensure_future(first), asyncio.ensure_future(second)]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class IdleBackend:

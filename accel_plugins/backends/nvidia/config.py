@@ -106,6 +106,11 @@ VALID_IMEX_CHANNEL_IDS = ((), (0,))
 # A million replicas took half a minute to build and could never reach the kubelet
 # (4 MiB ListAndWatch limit, ~70,000 devices); refuse absurd counts up front.
 MAX_REPLICAS = 10_000
+# NVIDIA's mps-control-daemon (mps/device.go): 48 clients per MPS server from Volta on
+# (16 before; our NVML adapter reads no compute capability, and current drivers need Volta+).
+MPS_MAX_CLIENTS = 48
+DEFAULT_MPS_ROOT = "/run/nvidia/mps"
+"""Where NVIDIA's chart puts the MPS root on the host (values.yaml ``mps.root``)."""
 
 # The keys of NVIDIA's structs (api/config/v1), in NVIDIA's order.
 _TOP = ("version", "flags", "resources", "sharing", "imex")
@@ -355,6 +360,7 @@ def parse_config(data: object, source: str, *, strict: bool = False) -> FileConf
     mps = None
     if sharing.get("mps") is not None:
         mps = _parse_replicated(r, sharing["mps"], "sharing.mps", _REPLICATED, mps=True)
+        _check_mps_entries(r, time_slicing, mps)
     gpus, migs = _parse_resources(r, top.get("resources"))
     imex = r.struct(top.get("imex"), "imex", _IMEX)
     return FileConfig(
@@ -594,6 +600,38 @@ def _check_renames(r: GoReader, resources: Sequence[ReplicatedResource]) -> None
                 f"{res.where}.devices",
                 f"{res.name} already shares all devices in {first.where}; "
                 "split the devices into lists to give GPUs different replica counts",
+            )
+
+
+def _check_mps_entries(r: GoReader, time_slicing: TimeSlicing, mps: TimeSlicing) -> None:
+    """What MPS adds: its client limit, and no GPU both time-sliced and MPS-shared.
+
+    NVIDIA's plugin, given both sections, silently ignores ``timeSlicing``
+    (``Sharing.SharingStrategy``); here a GPU may be time-sliced while another is
+    MPS-shared, so a resource both sections share wholly is refused (the exact
+    device overlap of lists and counts is refused once devices are known).
+    """
+    sliced = {res.name: res for res in time_slicing.resources}
+    renamed = {res.rename: res for res in time_slicing.resources}
+    for res in mps.resources:
+        if res.replicas > MPS_MAX_CLIENTS:
+            raise r.fail(
+                f"{res.where}.replicas",
+                f"an MPS server serves at most {MPS_MAX_CLIENTS} clients per GPU, got "
+                f"{res.replicas} (NVIDIA's mps-control-daemon refuses this too)",
+            )
+        other = sliced.get(res.name)
+        if other is not None and (res.devices.all or other.devices.all):
+            raise r.fail(
+                f"{res.where}.devices",
+                f"{res.name} is time-sliced in {other.where}: a GPU is either time-sliced or "
+                "MPS-shared; list disjoint devices in each section",
+            )
+        if res.rename in renamed:
+            raise r.fail(
+                f"{res.where}.rename",
+                f"{res.rename} already holds the time-sliced replicas of "
+                f"{renamed[res.rename].where}; MPS replicas need a resource of their own",
             )
 
 

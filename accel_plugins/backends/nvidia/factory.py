@@ -78,13 +78,6 @@ def runnable_settings(options: Mapping[str, Any], environ: Mapping[str, str]) ->
     """:func:`load_settings`, refusing what this plugin cannot serve yet, with the IMEX
     channels found on the node (a required one that is missing is a ConfigError)."""
     settings = load_settings(options, environ)
-    if settings.mps is not None:
-        raise ConfigError(
-            settings.source or "config",
-            "sharing.mps",
-            "valid, but MPS sharing needs the MPS control daemon, which this plugin does not "
-            "run yet; share with sharing.timeSlicing instead",
-        )
     if settings.device_discovery_strategy == "tegra":
         raise ConfigError(
             "--device-discovery-strategy",
