@@ -19,6 +19,7 @@ from pathlib import Path
 
 from accel_plugins.backends.generic import cdi
 from accel_plugins.backends.generic.config import GenericConfig
+from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
 from accel_plugins.backends.generic.hostfs import HostPaths
@@ -75,13 +76,15 @@ class GenericBackend:
     ) -> None:
         self.config = config
         self.settings = settings or GenericSettings()
-        host = HostPaths(self.settings.dev_root, self.settings.sys_root)
+        host = self._host = HostPaths(self.settings.dev_root, self.settings.sys_root)
         needs_udev = any(g.udev for spec in config.devices for g in spec.groups)
         self._discovery = Discovery(config, host, UdevEnumerator() if needs_udev else None)
         self._vanished = VanishedDevices(
             grace=self.settings.vanished_grace, in_use=in_use, clock=clock
         )
-        self._cdi_written: dict[str, Mapping[str, Device]] = {}
+        # The spec last written per resource: compared whole, because a directory
+        # path's nodes (devdir.py) can change while its Device value does not.
+        self._cdi_written: dict[str, dict[str, object]] = {}
         self._feed: ChangeFeed | None = None
         self.scans = 0
 
@@ -130,15 +133,21 @@ class GenericBackend:
         directory = self.settings.cdi_spec_dir
         if directory is None:
             return
+        host = self._host
+
+        def nodes_of(node: DeviceNode) -> list[DeviceNode]:
+            return expand(host, node)
+
         for kind, devices in tree.items():
-            if self._cdi_written.get(kind) == devices:
+            spec = cdi.build_spec(kind, devices, nodes_of)
+            if self._cdi_written.get(kind) == spec:
                 continue
             try:
-                cdi.sync_spec(directory, kind, devices)
+                cdi.sync_spec(directory, kind, devices, nodes_of)
             except OSError as exc:
                 log.error("cannot write the CDI spec for %s in %s: %s", kind, directory, exc)
                 continue
-            self._cdi_written[kind] = devices
+            self._cdi_written[kind] = spec
 
     def preferred_allocation(
         self,

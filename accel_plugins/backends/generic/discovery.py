@@ -34,6 +34,7 @@ from accel_plugins.backends.generic.config import (
     PathSpec,
     PathType,
 )
+from accel_plugins.backends.generic.devdir import expand, is_dir
 from accel_plugins.backends.generic.health import path_ok
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.sysfs import numa_node
@@ -121,7 +122,12 @@ class Discovery:
         healthy = all(path_ok(self.host, n.host_path, PathType.DEVICE) for n in unit.nodes) and all(
             path_ok(self.host, m.host_path, PathType.MOUNT) for m in unit.mounts
         )
-        numa = {numa_node(self.host, n.host_path) for n in unit.nodes}
+        # A directory's NUMA nodes are those of the devices the runtime will find in it.
+        numa = {
+            numa_node(self.host, inner.host_path)
+            for n in unit.nodes
+            for inner in expand(self.host, n)
+        }
         return Device(
             id=device_id(replica, unit.paths),
             health=Health.HEALTHY if healthy else Health.UNHEALTHY,
@@ -164,6 +170,10 @@ class Discovery:
                 paths.append(host_path)
                 target = container_path(spec.mount_path, host_path)
                 if spec.type is PathType.DEVICE:
+                    # A directory is handed over whole, as squat does (devdir.py);
+                    # watch it so a node appearing inside rewrites the CDI spec.
+                    if is_dir(self.host, host_path):
+                        self._seen_dirs.add(host_path)
                     nodes.append(DeviceNode(host_path, target, spec.permissions))
                 else:
                     mounts.append(Mount(host_path, target, spec.read_only))

@@ -1,10 +1,11 @@
 """Device health: are the nodes there and of the right kind; what to do when they vanish.
 
 A device is Healthy when every ``Device``-type node is a character or block
-device and every ``Mount``-type path exists. A device whose paths stop
-matching is not dropped at once: a pod may hold it, and the kubelet should
-see it turn Unhealthy rather than silently shrink its capacity. It is kept,
-Unhealthy, until one of:
+device (or a directory, which the runtime expands into the nodes inside it, as
+squat's plugin relies on: see devdir.py) and every ``Mount``-type path exists.
+A device whose paths stop matching is not dropped at once: a pod may hold
+it, and the kubelet should see it turn Unhealthy rather than silently shrink
+its capacity. It is kept, Unhealthy, until one of:
 
 - its nodes return: the same paths give the same ID, reported Healthy again;
 - it is known to be free: ``in_use`` (resource -> IDs held by pods, fed by
@@ -39,7 +40,8 @@ def path_ok(host: HostPaths, host_path: str, kind: PathType) -> bool:
         return False
     if kind is PathType.MOUNT:
         return True
-    return stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+    mode = info.st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)
 
 
 class VanishedDevices:

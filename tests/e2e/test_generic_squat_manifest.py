@@ -1,0 +1,94 @@
+"""squat's shipped DaemonSet config, unchanged, through our generic plugin and the kubelet.
+
+The five ``--device`` documents of squat's manifests/generic-device-plugin.yaml
+(tests/squat_fixtures.py) become one config file's ``devices``; the node's /dev
+is a fake tree in tmp_path (``--dev-root``), the kubelet is the emulator, the
+calls are real gRPC over unix sockets. With ``--domain squat.ai`` the resource
+names and device IDs are the ones squat's plugin registers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from accel_plugins.backends.generic.backend import GenericBackend
+from accel_plugins.backends.generic.config import load_config
+from accel_plugins.backends.generic.discovery import device_id
+from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet.model import DeviceSpec
+from tests.framework_fixtures import StartManager
+from tests.generic_fixtures import FakeHost
+from tests.squat_fixtures import build_node_dev, squat_config_text
+
+# What squat's plugin offers on that node: one serial per adapter, the camera,
+# FUSE and the sound directory ten times each, and the capture groups whose
+# nodes exist (cards 0 and 1).
+EXPECTED = {
+    "squat.ai/serial": 2,
+    "squat.ai/video": 1,
+    "squat.ai/fuse": 10,
+    "squat.ai/audio": 10,
+    "squat.ai/capture": 2,
+}
+
+
+def factory(host: FakeHost, tmp_path: Path, **settings: Any) -> Any:
+    path = tmp_path / "config.yaml"
+    path.write_text(squat_config_text())
+    config = load_config(path)
+    values = host.settings(domain="squat.ai", **settings)
+    return lambda: GenericBackend(config, values)
+
+
+async def test_squats_daemonset_devices_register_healthy_and_allocate(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    build_node_dev(fake_host)
+    await start_manager(factory(fake_host, tmp_path))
+    for resource, count in EXPECTED.items():
+        view = await kubelet.wait_for_resource(resource, allocatable=count)
+        assert view.unhealthy == []
+    audio = kubelet.resources["squat.ai/audio"]
+    assert audio.healthy == sorted(device_id(j, ["/dev/snd"]) for j in range(10))
+
+    # The directory goes to the container as squat hands it: one DeviceSpec;
+    # the runtime (containerd's oci.WithDevices) creates the nodes inside.
+    record = await kubelet.allocate("player", "main", "squat.ai/audio", 1)
+    assert record.response.devices == (DeviceSpec("/dev/snd", "/dev/snd", "mrw"),)
+
+    # Card 1's capture nodes appear in the container under card 0's names.
+    capture = kubelet.resources["squat.ai/capture"].healthy
+    card1 = device_id(0, ["/dev/snd/controlC1", "/dev/snd/pcmC1D0c"])
+    assert card1 in capture
+    record = await kubelet.allocate("rec", "main", "squat.ai/capture", 1, must_include=[card1])
+    assert record.response.devices == (
+        DeviceSpec("/dev/snd/controlC0", "/dev/snd/controlC1", "mrw"),
+        DeviceSpec("/dev/snd/pcmC0D0c", "/dev/snd/pcmC1D0c", "mrw"),
+    )
+
+
+async def test_a_node_added_inside_the_directory_reaches_the_cdi_spec(
+    kubelet: Kubelet, start_manager: StartManager, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    build_node_dev(fake_host)
+    cdi_dir = tmp_path / "cdi"
+    await start_manager(factory(fake_host, tmp_path, cdi_spec_dir=cdi_dir))
+    await kubelet.wait_for_resource("squat.ai/audio", allocatable=10)
+    spec_file = cdi_dir / "squat.ai-audio.json"
+
+    def audio_nodes() -> list[str]:
+        spec = json.loads(spec_file.read_text())
+        return [n["hostPath"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+
+    assert "/dev/snd/controlC1" in audio_nodes()
+    assert "/dev/snd/pcmC0D0c" in audio_nodes()
+    fake_host.node("/dev/snd/hwC2D0", major=116, minor=9)  # a third card arrives
+    # No ListAndWatch change to wait on (the device is the same): poll the file.
+    for _ in range(500):
+        if "/dev/snd/hwC2D0" in audio_nodes():
+            break
+        await asyncio.sleep(0.01)
+    assert "/dev/snd/hwC2D0" in audio_nodes()
