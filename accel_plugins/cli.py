@@ -391,8 +391,12 @@ async def serve(
     settings: ManagerSettings,
     metrics_address: tuple[str, int] | None = None,
     pod_resources: PodResourcesCache | None = None,
+    config_files: Sequence[Path] = (),
 ) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
+
+    So does a change of any of ``config_files`` (watched with inotify): a
+    ConfigMap update reaches the backend without a restart.
 
     Metrics go into a registry of this call's own; ``pod_resources`` names the
     pods holding each device on the device and GPU series. This is what
@@ -401,6 +405,7 @@ async def serve(
     by calling this.
     """
     from accel_plugins.metrics import instrumented_manager
+    from accel_plugins.plugin.config_watch import watch_configs
 
     manager, metrics = instrumented_manager(factory, settings, pod_resources)
     if pod_resources is not None:
@@ -420,6 +425,7 @@ async def serve(
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)
     loop.add_signal_handler(signal.SIGHUP, manager.reload)
+    config_watch = watch_configs(config_files, lambda _path: manager.reload())
     # Modules, protobuf descriptors and gRPC state live as long as the process:
     # moved out of the collector's reach, full collections stay short. Done once
     # the plugin is up: a full collection here costs start-up about 6 ms.
@@ -429,6 +435,8 @@ async def serve(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        if config_watch is not None:
+            config_watch.close()
         freezing.cancel()
         await metrics.stop()
     return 0
@@ -497,7 +505,11 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         registration=args.registration,
         plugins_registry_dir=args.plugins_registry_dir,
     )
-    return asyncio.run(serve(factory, settings, metrics_address, pod_resources))
+    by_flag = {option.flag: option.dest for option in command.options}
+    config_files = [
+        Path(value) for flag in command.config_files if (value := getattr(args, by_flag[flag]))
+    ]
+    return asyncio.run(serve(factory, settings, metrics_address, pod_resources, config_files))
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

@@ -32,12 +32,14 @@ from accel_plugins.metrics.collectors import (
 )
 from accel_plugins.metrics.exposition import CONTENT_TYPE, render
 from accel_plugins.metrics.recorder import PrometheusMetrics
+from accel_plugins.metrics.reloads import ReloadCollector
 from accel_plugins.metrics.server import HealthCheck, MetricsServer, status_health
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.lifecycle import PluginStatus
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.podresources import PodResourcesCache
+from accel_plugins.plugin.reloads import ReloadStatus
 
 __all__ = [
     "CONTENT_TYPE",
@@ -53,6 +55,7 @@ __all__ = [
     "NoAttribution",
     "PluginCollector",
     "PrometheusMetrics",
+    "ReloadCollector",
     "StatusSource",
     "instrumented_manager",
     "new_registry",
@@ -74,6 +77,9 @@ class ManagerView(Protocol):
     @property
     def backend(self) -> object: ...
 
+    @property
+    def reload_status(self) -> ReloadStatus: ...
+
 
 def new_registry(status: StatusSource) -> CollectorRegistry:
     """A registry with the per-resource series of ``status`` (and build info) only."""
@@ -90,6 +96,7 @@ def watch_manager(
     registry.register(PluginCollector(manager.status))
     registry.register(DeviceCollector(lambda: manager.tree, pods))
     registry.register(BackendCollector(lambda: manager.backend, pods))
+    registry.register(ReloadCollector(lambda: manager.reload_status))
 
 
 def instrumented_manager(
@@ -109,6 +116,7 @@ def instrumented_manager(
     server = MetricsServer(
         registry,
         manager.problems,
+        notes=lambda: [note] if (note := manager.reload_status.note()) else [],
         before_scrape=[pod_resources.touch] if pod_resources is not None else [],
     )
     return manager, server

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 HealthCheck = Callable[[], Awaitable[Sequence[str]]]
 """Returns what is wrong now, one line per problem; empty means healthy."""
 
+HealthNotes = Callable[[], Sequence[str]]
+"""What an operator should know but that is no reason to restart the plugin (a bad
+configuration file while the previous one serves): listed by /healthz, still 200."""
+
 HEALTH_TIMEOUT = 5.0
 _REASONS = {
     200: "OK",
@@ -58,9 +62,11 @@ class MetricsServer:
         *,
         before_scrape: Sequence[Callable[[], None]] = (),
         health_timeout: float = HEALTH_TIMEOUT,
+        notes: HealthNotes = tuple,
     ) -> None:
         self._registry = registry
         self._health = health
+        self._notes = notes
         self._before_scrape = tuple(before_scrape)
         self._health_timeout = health_timeout
         self._server: asyncio.Server | None = None
@@ -102,9 +108,12 @@ class MetricsServer:
                 return 500, "text/plain", b"scrape failed; see the plugin's log\n"
         if path == "/healthz":
             problems = await self.health()
+            # Notes never fail the probe: a liveness probe restarting the plugin over a
+            # bad config file would stop the previous config serving and crash-loop.
+            notes = "".join(f"{n}\n" for n in self._notes())
             if not problems:
-                return 200, "text/plain", b"ok\n"
-            return 503, "text/plain", "".join(f"{p}\n" for p in problems).encode()
+                return 200, "text/plain", f"ok\n{notes}".encode()
+            return 503, "text/plain", ("".join(f"{p}\n" for p in problems) + notes).encode()
         return 404, "text/plain", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

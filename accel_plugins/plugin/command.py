@@ -97,6 +97,9 @@ class BackendCommand:
     ``requires`` lists top-level modules the backend imports (``pynvml``);
     when one is missing the command exits 2 naming ``pip install
     'accel-plugins[<extra>]'`` (or ``install`` when given, for third parties).
+    ``config_files`` names the options (by flag) whose value is a file the
+    factory reads: when its content changes the backend is rebuilt from it
+    without a restart, as on SIGHUP.
     """
 
     summary: str
@@ -105,12 +108,17 @@ class BackendCommand:
     requires: tuple[str, ...] = ()
     extra: str = ""
     install: str = ""
+    config_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         dests = [option.dest for option in self.options]
         twice = sorted({dest for dest in dests if dests.count(dest) > 1})
         if twice:
             raise ValueError(f"options given twice: {', '.join(twice)}")
+        flags = {option.flag for option in self.options}
+        unknown = sorted(set(self.config_files) - flags)
+        if unknown:
+            raise ValueError(f"config_files names no option: {', '.join(unknown)}")
 
     def install_hint(self) -> str:
         """The command that installs what ``requires`` names."""

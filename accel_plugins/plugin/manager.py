@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
 from accel_plugins.plugin.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, WatchedResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import Backoff
+from accel_plugins.plugin.reloads import ReloadStatus
 from accel_plugins.plugin.server import ServeError, socket_name
 from accel_plugins.plugin.snapshot import check_snapshot
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
@@ -128,6 +130,7 @@ class Manager:
         self._fatal: InvalidSnapshotError | None = None
         self._stopped = asyncio.Event()
         self._running = False
+        self._reloads = ReloadStatus(last_success=time.time())
 
     # -- public --------------------------------------------------------------
 
@@ -187,6 +190,11 @@ class Manager:
     def reload(self) -> None:
         """Rebuild the backend from its configuration (what SIGHUP does)."""
         self._post(_Event.RELOAD)
+
+    @property
+    def reload_status(self) -> ReloadStatus:
+        """How configuration reloads went (replaced whole: safe to read from any thread)."""
+        return self._reloads
 
     def status(self) -> Mapping[str, PluginStatus]:
         return {name: plugin.status() for name, plugin in sorted(self._plugins.items())}
@@ -458,8 +466,10 @@ class Manager:
                 exc,
                 exc_info=not isinstance(exc, AccelPluginsError),
             )
+            self._reloads = self._reloads.failed(str(exc))
             return
         log.info("configuration reloaded")
+        self._reloads = self._reloads.succeeded(time.time())
         await self._stop_backend()
         self._start_backend(backend)
         for plugin in self._plugins.values():

@@ -87,4 +87,5 @@ COMMAND = BackendCommand(
     options=OPTIONS,
     requires=("pyudev",),
     extra="generic",
+    config_files=("--config",),
 )

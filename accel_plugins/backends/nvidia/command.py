@@ -237,4 +237,5 @@ COMMAND = BackendCommand(
     options=OPTIONS,
     requires=("pynvml",),
     extra="nvidia",
+    config_files=("--config",),
 )
