@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("accel_plugins")
 
-BUILTINS = ("demo", "inspect", "kubelet")
+BUILTINS = ("demo", "inspect", "kubelet", "mps-control-daemon")
 EXIT_CONFIG = 2
 
 # The modules that define these import grpc or prometheus_client; their
@@ -305,6 +305,8 @@ def build_parser(
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for backend in backends.values():
         _add_backend(sub, backend)
+
+    _add_mps_control_daemon(sub)
 
     p = sub.add_parser("demo", help="walk through a plugin and an emulated kubelet, no GPU needed")
     p.add_argument("--once", action="store_true", help="exit after the walkthrough")
@@ -582,6 +584,25 @@ def _admission(args: argparse.Namespace, echo: Callable[[str], None]) -> dict[st
     }
 
 
+def _add_mps_control_daemon(sub: Any) -> None:
+    # NVIDIA's flags and config file, as the nvidia backend reads them (a cheap module).
+    from accel_plugins.backends.nvidia.mps_command import OPTIONS, SUMMARY
+
+    p = sub.add_parser("mps-control-daemon", help=SUMMARY, description=SUMMARY)
+    _add_logging_flags(p)
+    add_options(p, OPTIONS)
+
+
+def _run_mps_control_daemon(args: argparse.Namespace) -> int:
+    from accel_plugins.backends.nvidia.mps_command import OPTIONS, run
+
+    options = {o.dest: getattr(args, o.dest) for o in OPTIONS}
+    if not options["simulate"] and _missing(["pynvml"]):
+        fatal("accel-plugins: mps-control-daemon needs pynvml: pip install 'accel-plugins[nvidia]'")
+        return EXIT_CONFIG
+    return run(MappingProxyType(options), MappingProxyType(dict(os.environ)))
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     try:
         from accel_plugins.demo import run_demo
@@ -613,6 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "inspect": _run_inspect,
         "kubelet": _run_kubelet,
         "demo": _run_demo,
+        "mps-control-daemon": _run_mps_control_daemon,
     }
     prefix = f"accel-plugins {args.command}"
     try:
