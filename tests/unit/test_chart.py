@@ -31,6 +31,7 @@ OLDEST_KUBERNETES = "1.29.0"
 NEWEST_KUBERNETES = "1.37.0"
 CI_NAMES = [p.name.removesuffix("-values.yaml") for p in CI_VALUES]
 PREFIX = f"{RELEASE}-accel-plugins"
+FUSE = {"name": "fuse", "groups": [{"paths": [{"path": "/dev/fuse"}]}]}
 
 
 def test_chart_version_and_app_version_are_the_package_version() -> None:
@@ -51,6 +52,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "metrics",
         "existing-configmap",
         "plugin-watcher",
+        "squat-devices",
     }
 
 
@@ -202,9 +204,8 @@ def test_defaults_run_nvidia_on_nfd_labelled_gpu_nodes() -> None:
     spec = ds["spec"]["template"]["spec"]
     plugin = container(ds)
     assert spec["nodeSelector"] == {"feature.node.kubernetes.io/pci-10de.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"
-    ]
+    # Every taint tolerated, as device plugins do (test_chart_devices.py).
+    assert spec["tolerations"] == [{"operator": "Exists"}]
     assert spec["priorityClassName"] == "system-node-critical"
     assert "runtimeClassName" not in spec
     assert ds["spec"]["updateStrategy"] == {
@@ -382,7 +383,7 @@ def test_image_without_registry() -> None:
             id="generic-without-devices",
         ),
         pytest.param(
-            {"generic": {"devices": [{"name": "fuse"}], "existingConfigMap": "mine"}},
+            {"generic": {"devices": [FUSE], "existingConfigMap": "mine"}},
             "generic.devices and generic.existingConfigMap are exclusive",
             id="generic-two-configs",
         ),

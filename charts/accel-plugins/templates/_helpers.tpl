@@ -56,9 +56,18 @@ app.kubernetes.io/part-of: accel-plugins
 {{- .values.existingConfigMap }}
 {{- else if eq .backend "nvidia" }}
 {{- if .values.config }}{{ include "accel-plugins.componentName" . }}{{ end }}
-{{- else if .values.devices }}
+{{- else if include "accel-plugins.genericDevices" .root | fromYamlArray }}
 {{- include "accel-plugins.componentName" . }}
 {{- end }}
+{{- end }}
+
+{{/*
+The generic device list as YAML: generic.devices, then the top-level devices (the key of
+squat's generic-device-plugin config, so a squat values or config file works as it is).
+Call with the root context; read back with fromYamlArray.
+*/}}
+{{- define "accel-plugins.genericDevices" -}}
+{{- toYaml (concat (default list .Values.generic.devices) (default list .Values.devices)) }}
 {{- end }}
 
 {{/*
@@ -87,11 +96,23 @@ ConfigMap may hold any strategy. Call with (dict "root" $ "backend" "nvidia" "va
 {{- if and $v.nvidia.config $v.nvidia.existingConfigMap }}
 {{- fail "nvidia.config and nvidia.existingConfigMap are exclusive: the config comes from values or from an existing ConfigMap, not both" }}
 {{- end }}
-{{- if and $v.generic.devices $v.generic.existingConfigMap }}
-{{- fail "generic.devices and generic.existingConfigMap are exclusive: the config comes from values or from an existing ConfigMap, not both" }}
+{{- $devices := include "accel-plugins.genericDevices" . | fromYamlArray }}
+{{- if and $v.devices (not $v.generic.enabled) }}
+{{- fail "devices lists generic devices but generic.enabled is false: set generic.enabled=true" }}
 {{- end }}
-{{- if and $v.generic.enabled (not (or $v.generic.devices $v.generic.existingConfigMap)) }}
-{{- fail "generic.enabled needs devices to expose: set generic.devices or generic.existingConfigMap" }}
+{{- if and $devices $v.generic.existingConfigMap }}
+{{- fail "generic.devices and generic.existingConfigMap are exclusive (so are devices and generic.existingConfigMap): the config comes from values or from an existing ConfigMap, not both" }}
+{{- end }}
+{{- if and $v.generic.enabled (not (or $devices $v.generic.existingConfigMap)) }}
+{{- fail "generic.enabled needs devices to expose: set devices, generic.devices or generic.existingConfigMap" }}
+{{- end }}
+{{- $names := dict }}
+{{- range $devices }}
+{{- $name := toString (default "" .name) }}
+{{- if hasKey $names $name }}
+{{- fail (printf "device name %q is listed twice (devices and generic.devices form one list; each name is one resource)" $name) }}
+{{- end }}
+{{- $_ := set $names $name true }}
 {{- end }}
 {{- if and (eq $v.common.registration "plugin-watcher") (eq (trimSuffix "/" $v.common.pluginsRegistryDir) (trimSuffix "/" $v.common.pluginDir)) }}
 {{- fail "common.pluginsRegistryDir must differ from common.pluginDir in plugin-watcher mode: a resource's two sockets carry the same name" }}
