@@ -58,7 +58,7 @@ async def test_a_dgx_registers_its_gpus_with_numa(
             {},
             [],
             "cdi.k8s.io/nvidia-device-plugin_",
-            ("nvidia.com/gpu={u0}", "nvidia.com/gpu={u1}"),
+            ("k8s.device-plugin.nvidia.com/gpu={u0}", "k8s.device-plugin.nvidia.com/gpu={u1}"),
             [],
             id="cdi-annotations+cdi-cri",
         ),
@@ -108,7 +108,9 @@ async def test_allocate_response_per_strategy(
     else:
         [(key, value)] = response.annotations.items()
         assert key.startswith(annotation_prefix)
-        assert value == f"nvidia.com/gpu={u0},nvidia.com/gpu={u1}"
+        assert (
+            value == f"k8s.device-plugin.nvidia.com/gpu={u0},k8s.device-plugin.nvidia.com/gpu={u1}"
+        )
     assert response.devices == tuple(DeviceSpec(p, root + p, "rw") for p in device_paths)
 
 

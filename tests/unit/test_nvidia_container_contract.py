@@ -14,7 +14,8 @@ Every case runs on a simulated node (tests/nvidia_fixtures.py) with a fake dev
 root built here: ``/dev/nvidiactl``, ``/dev/nvidia-uvm`` and
 ``/dev/nvidia-modeset`` exist, ``/dev/nvidia-uvm-tools`` does not, and IMEX
 channel 0 is a character device. Placeholders: ``{u0}``..``{u3}`` the GPUs'
-UUIDs, ``{root}`` the dev root, ``{key}`` the CDI annotation's response ID.
+UUIDs, ``{root}`` the dev root, ``{key}`` the CDI annotation's response ID, ``{v}``
+the CDI vendor.
 """
 
 from __future__ import annotations
@@ -122,7 +123,11 @@ def golden(expected: dict[str, Any], names: dict[str, str]) -> ContainerAllocati
 
 def names_for(devices: list[Device], root: Path, ids: list[str]) -> dict[str, str]:
     key = uuid.uuid5(ANNOTATION_NAMESPACE, ",".join(ids))
-    return {f"u{i}": d.id for i, d in enumerate(devices)} | {"root": str(root), "key": str(key)}
+    return {f"u{i}": d.id for i, d in enumerate(devices)} | {
+        "root": str(root),
+        "key": str(key),
+        "v": "k8s.device-plugin.nvidia.com",  # NVIDIA's plugin-manager.go: cdi.WithVendor
+    }
 
 
 # Request: GPU 3 then GPU 1 (the kubelet's order is kept). Options: ids (uuid/index),
@@ -182,37 +187,63 @@ VOLUME_MOUNTS_GOLDEN: Golden = [
 ]
 ANNOTATION = "cdi.k8s.io/nvidia-device-plugin_{key}"
 CDI_ANNOTATIONS_GOLDEN: Golden = [
-    ({}, {"annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"}}),
-    ({"ids": "index"}, {"annotations": {ANNOTATION: "nvidia.com/gpu=3,nvidia.com/gpu=1"}}),
+    (
+        {},
+        {"annotations": {ANNOTATION: "{v}/gpu={u3},{v}/gpu={u1}"}},
+    ),
+    (
+        {"ids": "index"},
+        {"annotations": {ANNOTATION: "{v}/gpu=3,{v}/gpu=1"}},
+    ),
     # CDI strategies alone: no device specs, as NVIDIA returns before them.
-    ({"specs": True}, {"annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"}}),
+    (
+        {"specs": True},
+        {"annotations": {ANNOTATION: "{v}/gpu={u3},{v}/gpu={u1}"}},
+    ),
     (
         {"imex": True},
-        {
-            "annotations": {
-                ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1},nvidia.com/imex-channel=0"
-            }
-        },
+        {"annotations": {ANNOTATION: "{v}/gpu={u3},{v}/gpu={u1},{v}/imex-channel=0"}},
     ),
     (
         {"features": ("gds", "mofed", "gdrcopy")},
         {
-            "annotations": {ANNOTATION: "nvidia.com/gpu={u3},nvidia.com/gpu={u1}"},
+            "annotations": {ANNOTATION: "{v}/gpu={u3},{v}/gpu={u1}"},
             "envs": FEATURES,
         },
     ),
 ]
 CDI_CRI_GOLDEN: Golden = [
-    ({}, {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"]}),
-    ({"ids": "index"}, {"cdi": ["nvidia.com/gpu=3", "nvidia.com/gpu=1"]}),
-    ({"specs": True}, {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"]}),
+    (
+        {},
+        {"cdi": ["{v}/gpu={u3}", "{v}/gpu={u1}"]},
+    ),
+    (
+        {"ids": "index"},
+        {"cdi": ["{v}/gpu=3", "{v}/gpu=1"]},
+    ),
+    (
+        {"specs": True},
+        {"cdi": ["{v}/gpu={u3}", "{v}/gpu={u1}"]},
+    ),
     (
         {"imex": True, "specs": True},
-        {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}", "nvidia.com/imex-channel=0"]},
+        {
+            "cdi": [
+                "{v}/gpu={u3}",
+                "{v}/gpu={u1}",
+                "{v}/imex-channel=0",
+            ]
+        },
     ),
     (
         {"features": ("gds", "mofed", "gdrcopy")},
-        {"cdi": ["nvidia.com/gpu={u3}", "nvidia.com/gpu={u1}"], "envs": FEATURES},
+        {
+            "cdi": [
+                "{v}/gpu={u3}",
+                "{v}/gpu={u1}",
+            ],
+            "envs": FEATURES,
+        },
     ),
 ]
 
@@ -256,7 +287,8 @@ def test_combined_strategies_are_each_strategys_part(
     host: FakeHost, strategies: tuple[str, ...], specs: bool
 ) -> None:
     """A combination answers the union of its strategies' goldens; volume-mounts' value of
-    NVIDIA_VISIBLE_DEVICES wins over envvar's, and specs come only with a non-CDI strategy."""
+    NVIDIA_VISIBLE_DEVICES wins over envvar's, and device specs come only without a CDI
+    strategy: a device named by CDI is injected by its spec, once (NVIDIA passes both)."""
     devices = gpus(host.root)
     pair = [devices[3], devices[1]]
     got = respond(pair, host.root, strategies, specs=specs, imex=True)
@@ -268,7 +300,8 @@ def test_combined_strategies_are_each_strategys_part(
     assert got.mounts == sum((p.mounts for p in parts), ())
     assert dict(got.annotations) == {k: v for p in parts for k, v in p.annotations.items()}
     assert got.cdi_devices == sum((p.cdi_devices for p in parts), ())
-    assert got.nodes == next((p.nodes for p in parts if p.nodes), ())
+    cdi = any(s.startswith("cdi-") for s in strategies)
+    assert got.nodes == (() if cdi else next((p.nodes for p in parts if p.nodes), ()))
 
 
 def test_no_strategy_gets_only_the_feature_variables(host: FakeHost) -> None:
@@ -283,10 +316,20 @@ def test_replicas_of_one_gpu_are_named_once_in_request_order(host: FakeHost) -> 
     replicas = replicate(devices[2], 4)
     assert [r.id for r in replicas] == [f"{devices[2].id}::{n}" for n in range(4)]
     request = [replicas[3], devices[0], replicas[1]]
+    got = respond(request, host.root, ["envvar", "volume-mounts"], specs=True)
+    assert dict(got.envs) == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    assert [m.container_path.rsplit("/", 1)[1] for m in got.mounts] == [
+        devices[2].id,
+        devices[0].id,
+    ]
+    assert [n.container_path for n in got.nodes] == [*CONTROL, "/dev/nvidia2", "/dev/nvidia0"]
     got = respond(request, host.root, ["envvar", "cdi-cri"], specs=True)
     assert dict(got.envs) == {"NVIDIA_VISIBLE_DEVICES": f"{devices[2].id},{devices[0].id}"}
-    assert got.cdi_devices == (f"nvidia.com/gpu={devices[2].id}", f"nvidia.com/gpu={devices[0].id}")
-    assert [n.container_path for n in got.nodes] == [*CONTROL, "/dev/nvidia2", "/dev/nvidia0"]
+    assert got.cdi_devices == (
+        f"k8s.device-plugin.nvidia.com/gpu={devices[2].id}",
+        f"k8s.device-plugin.nvidia.com/gpu={devices[0].id}",
+    )
+    assert got.nodes == ()  # injected by the CDI spec, not a second time as device specs
 
 
 def test_mig_devices_parent_nodes_then_capabilities(host: FakeHost) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
+from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
 from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.container_contract import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.discovery import Node, discover
@@ -24,7 +25,7 @@ from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
-from accel_plugins.errors import AllocationError
+from accel_plugins.errors import AllocationError, BackendError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
@@ -37,7 +38,9 @@ class NvidiaBackend:
 
     NVML is initialised for the life of :meth:`run` and shut down when it
     ends. ``mig_minors`` is the MIG capability table (read from the driver's
-    ``/proc`` file when None and device specs are passed).
+    ``/proc`` file when None and device specs are passed). ``cdi`` writes the CDI
+    specs (CDI device-list strategies) once the devices are known, and removes
+    them when :meth:`run` ends.
     """
 
     def __init__(
@@ -47,10 +50,12 @@ class NvidiaBackend:
         *,
         mig_minors: Mapping[str, int] | None = None,
         wait_ms: int = EVENT_WAIT_MS,
+        cdi: NvidiaCdi | None = None,
     ) -> None:
         self.nvml = nvml
         self.settings = settings
         self._mig_minors = mig_minors
+        self.cdi = cdi
         self._wait_ms = wait_ms
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
@@ -168,11 +173,27 @@ class NvidiaBackend:
             else:
                 await _both(self._monitor.run(), self._mps.run())
         finally:
+            if self.cdi is not None:
+                self.cdi.remove()
             try:
                 if initialised:
                     await asyncio.shield(asyncio.to_thread(self.nvml.shutdown))
             except NvmlError as exc:
                 log.warning("NVML shutdown failed: %s", exc)
+
+    def _write_cdi(self, node: Node) -> None:
+        """Specs before the devices are published: the kubelet may hand out a CDI name at once."""
+        assert self.cdi is not None
+        minors = self._mig_minors
+        if minors is None:
+            minors = read_mig_minors() if any(g.mig_enabled for g in node.gpus) else {}
+        try:
+            paths = self.cdi.write(node, minors)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot write the CDI specs in {self.cdi.options.spec_dir}: {exc}"
+            ) from exc
+        log.info("CDI specs: %s", ", ".join(str(p) for p in paths) or "none")
 
     def collect_metrics(self, holders: Holders) -> list[Metric]:
         """Per-GPU series for /metrics, read from NVML now (a MetricsProvider; telemetry.py)."""
@@ -259,13 +280,14 @@ def create_backend(
     *,
     mig_minors: Mapping[str, int] | None = None,
     wait_ms: int = EVENT_WAIT_MS,
+    cdi: NvidiaCdi | None = None,
 ) -> Backend:
     """A checked NvidiaBackend, or an IdleBackend when NVML fails and that is allowed.
 
     Raises NvmlInitError/NvmlError/MigStrategyError when ``fail_on_init_error``
     is set, and ConfigError (a sharing entry naming a missing device) always.
     """
-    backend = NvidiaBackend(nvml, settings, mig_minors=mig_minors, wait_ms=wait_ms)
+    backend = NvidiaBackend(nvml, settings, mig_minors=mig_minors, wait_ms=wait_ms, cdi=cdi)
     try:
         backend.check()
     except (NvmlInitError, NvmlError, MigStrategyError) as exc:

@@ -141,9 +141,15 @@ OPTIONS = (
         metavar="PREFIX",
     ),
     Option(
+        "--cdi-spec-dir",
+        "with a CDI device-list strategy, write the CDI specs here (default /var/run/cdi)",
+        env=("CDI_SPEC_DIR",),
+        metavar="DIR",
+    ),
+    Option(
         "--nvidia-cdi-hook-path",
-        "NVIDIA's CDI hook path for generated CDI specs (default /usr/bin/nvidia-ctk; "
-        "carried, for CDI spec writing)",
+        "the hook program the CDI specs' OCI hooks run (default /usr/bin/nvidia-ctk; "
+        "empty: no hooks)",
         env=("NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"),
         metavar="PATH",
         aliases=("--nvidia-ctk-path",),
@@ -151,7 +157,7 @@ OPTIONS = (
     Option(
         "--driver-root-ctr-path",
         "where NVIDIA's chart mounts the driver root in the plugin container (default "
-        "/driver-root; carried, for CDI spec writing)",
+        "/driver-root; read and kept: this plugin sees the driver root at its host path)",
         env=("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
         metavar="DIR",
         aliases=("--container-driver-root",),
@@ -183,14 +189,16 @@ OPTIONS = (
     ),
     Option(
         "--cdi-feature-flags",
-        "feature flags for CDI spec generation, comma-separated (carried, for CDI spec writing)",
+        "feature flags for CDI spec generation, comma-separated (disable-ipc-discoverer, "
+        "no-additional-gids-for-device-nodes; others are ignored with a warning)",
         type=_list,
         env=("CDI_FEATURE_FLAGS",),
         metavar="FLAG[,FLAG]",
     ),
     Option(
         "--cdi-disable-hooks",
-        "OCI hooks to leave out of generated CDI specs, or all (carried, for CDI spec writing)",
+        "OCI hooks to leave out of the CDI specs (create-symlinks, enable-cuda-compat, "
+        "update-ldcache, disable-device-node-modification), or all",
         type=_list,
         env=("CDI_DISABLE_HOOKS",),
         metavar="HOOK[,HOOK]",

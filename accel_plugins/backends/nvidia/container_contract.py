@@ -11,23 +11,22 @@ As NVIDIA's plugin answers Allocate (``internal/plugin/server.go``,
   cannot forge mounts, so it cannot widen its own device list through the
   environment). Wins over ``envvar``'s value.
 - ``cdi-annotations``: annotation ``cdi.k8s.io/nvidia-device-plugin_<response>``
-  listing the CDI names ``nvidia.com/gpu=<id>`` (and ``nvidia.com/imex-channel=<id>``).
+  listing the CDI names ``k8s.device-plugin.nvidia.com/gpu=<id>`` (and
+  ``k8s.device-plugin.nvidia.com/imex-channel=<id>``), whose spec ``cdi_spec.py``
+  writes.
 - ``cdi-cri``: the same names in the response's ``cdi_devices`` field.
 
 ``<id>`` is the UUID or the index (``0``, or ``0:1`` for a MIG device) per the
 device-ID strategy, in the kubelet's request order, replicas folded onto the
 GPU they share. ``NVIDIA_GDRCOPY``, ``NVIDIA_GDS`` and ``NVIDIA_MOFED`` are
 ``enabled`` when switched on, whatever the strategy. With CDI strategies only,
-that is all. Otherwise, with pass-device-specs, the device nodes under the dev
-root: the control nodes that exist (``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
+that is all. Otherwise, with pass-device-specs and no CDI strategy (a device
+named by CDI is injected by its spec; NVIDIA also passes the nodes then), the
+device nodes under the dev root: the control nodes that exist
+(``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
 ``/dev/nvidia-uvm-tools``, ``/dev/nvidia-modeset``), then each GPU's
 ``/dev/nvidiaN`` (the parent's for MIG), then the MIG capability nodes, then
 the IMEX channel nodes.
-
-CDI names use the ``nvidia.com`` vendor of the NVIDIA Container Toolkit's
-generated spec (``nvidia-ctk cdi generate``): NVIDIA's plugin names
-``k8s.device-plugin.nvidia.com/gpu=<id>`` from a spec it writes itself, which
-this plugin does not write yet.
 """
 
 from __future__ import annotations
@@ -56,7 +55,8 @@ DEVICE_ID_STRATEGIES = ("uuid", "index")
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 VOLUME_MOUNT_SOURCE = "/dev/null"
-CDI_VENDOR = "nvidia.com"
+CDI_VENDOR = "k8s.device-plugin.nvidia.com"
+"""The vendor NVIDIA's plugin gives its own specs (cmd/nvidia-device-plugin/plugin-manager.go)."""
 CDI_KIND = f"{CDI_VENDOR}/gpu"
 CDI_IMEX_KIND = f"{CDI_VENDOR}/imex-channel"
 DEFAULT_CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -238,7 +238,7 @@ def container_allocation(
         *(f"{CDI_KIND}={i}" for i in ids),
         *(f"{CDI_IMEX_KIND}={c}" for c in channels),
     )
-    if CDI_ANNOTATIONS in strategies:
+    if CDI_ANNOTATIONS in strategies and names:  # no names, no annotation (as NVIDIA)
         response = uuid.uuid5(_RESPONSE_NAMESPACE, ",".join(ids))
         key = f"{settings.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{response}"
         annotations[key] = ",".join(names)
@@ -260,7 +260,7 @@ def container_allocation(
                 Mount(host_path=VOLUME_MOUNT_SOURCE, container_path=f"{VOLUME_MOUNT_ROOT}/{p}")
                 for p in paths
             ]
-        if settings.pass_device_specs:
+        if settings.pass_device_specs and not any(s in CDI_STRATEGIES for s in strategies):
             nodes = device_specs(devices, settings)
     return ContainerAllocation(
         nodes=nodes,

@@ -14,6 +14,7 @@ from typing import Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
 from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.cdi_spec import CdiOptions, NvidiaCdi
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     Overrides,
@@ -22,6 +23,7 @@ from accel_plugins.backends.nvidia.config import (
     resolve,
 )
 from accel_plugins.backends.nvidia.container_contract import (
+    CDI_STRATEGIES,
     find_imex_channels,
     generated_mig_minors,
 )
@@ -30,6 +32,7 @@ from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Backend
+from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.command import BackendFactory
 
 log = logging.getLogger(__name__)
@@ -96,15 +99,38 @@ def runnable_settings(options: Mapping[str, Any], environ: Mapping[str, str]) ->
     return dataclasses.replace(settings, allocate=allocate)
 
 
+def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | None:
+    """The CDI spec writer when a CDI device-list strategy is selected (else None)."""
+    if not any(s in CDI_STRATEGIES for s in settings.allocate.device_list_strategies):
+        return None
+    options = CdiOptions(
+        spec_dir=Path(spec_dir) if spec_dir else DEFAULT_SPEC_DIR,
+        hook_path=settings.nvidia_ctk_path,
+        disabled_hooks=settings.cdi_disable_hooks,
+        feature_flags=settings.cdi_feature_flags,
+    )
+    return NvidiaCdi(
+        options,
+        driver_root=settings.driver_root,
+        dev_root=settings.dev_root,
+        imex_channels=settings.allocate.imex_channels,
+    )
+
+
 def simulated_backend(
-    profile: str | NodeProfile, settings: NvidiaSettings | None = None
+    profile: str | NodeProfile,
+    settings: NvidiaSettings | None = None,
+    *,
+    cdi_spec_dir: str | None = None,
 ) -> Backend:
     """A backend over a simulated node (``demo``, previews); ``profile`` is a name or file."""
     node = load_profile(profile) if isinstance(profile, str) else profile
+    settings = settings or NvidiaSettings()
     return create_backend(
         SimulatedNvml(node),
-        settings or NvidiaSettings(),
+        settings,
         mig_minors=generated_mig_minors(len(node.gpus)),
+        cdi=cdi_writer(settings, cdi_spec_dir),
     )
 
 
@@ -114,12 +140,17 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
     simulate = options.get("simulate")
     profile: NodeProfile | None = load_profile(simulate) if simulate else None
     library = options.get("nvml_library")
+    spec_dir = options.get("cdi_spec_dir")
 
     def factory() -> Backend:
         # The first build uses what was just validated (its warnings are logged once).
         settings = first.pop() if first else runnable_settings(options, environ)
         if profile is not None:
-            return simulated_backend(profile, settings)
-        return create_backend(Pynvml(settings.driver_root, library=library), settings)
+            return simulated_backend(profile, settings, cdi_spec_dir=spec_dir)
+        return create_backend(
+            Pynvml(settings.driver_root, library=library),
+            settings,
+            cdi=cdi_writer(settings, spec_dir),
+        )
 
     return factory

@@ -1,0 +1,263 @@
+"""The CDI specs of NVIDIA devices, as NVIDIA's plugin writes them for its CDI strategies.
+
+NVIDIA's plugin (``internal/cdi/cdi.go``, ``cmd/nvidia-device-plugin/plugin-manager.go``)
+writes, with vendor ``k8s.device-plugin.nvidia.com``, the class ``gpu`` through the
+NVIDIA Container Toolkit's generator (``pkg/nvcdi``) and, when IMEX channels are
+configured, the class ``imex-channel`` (``internal/cdi/imex.go``). Here:
+
+``k8s.device-plugin.nvidia.com/gpu`` (file ``k8s.device-plugin.nvidia.com-gpu.json``)
+  - one device per GPU without MIG, named by its UUID and again by its index (``0``),
+    holding ``/dev/nvidia<minor>``;
+  - one device per MIG device, named by its UUID and by ``<gpu>:<mig>``, holding the
+    parent's node and the GI and CI capability nodes;
+  - ``all``: every device's edits together (``nvidia-ctk cdi generate`` adds it);
+  - edits every container gets: the control nodes that exist, the driver's files
+    (``driver_files.py``: libraries, utilities, IPC sockets, firmware) mounted
+    read-only, ``NVIDIA_VISIBLE_DEVICES=void`` (so a legacy runtime hook that also
+    runs adds nothing) and ``NVIDIA_CTK_LIBCUDA_DIR``, and NVIDIA's OCI hooks run by
+    the configured hook program (``nvidiaCTKPath``): ``create-symlinks`` (libcuda.so
+    and the sonames), ``enable-cuda-compat``, ``update-ldcache`` (the library
+    directories), ``disable-device-node-modification``. ``--cdi-disable-hooks`` names
+    hooks to leave out (``all``: every one); an empty hook path means none.
+``k8s.device-plugin.nvidia.com/imex-channel``
+  - one device per IMEX channel found at start, named by its ID, holding its node.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from accel_plugins.backends.nvidia.container_contract import (
+    CDI_IMEX_KIND,
+    CDI_KIND,
+    ImexChannel,
+    device_node,
+    gpu_nodes,
+    host_path,
+    mig_nodes,
+)
+from accel_plugins.backends.nvidia.discovery import Node
+from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.plugin.cdi import (
+    DEFAULT_SPEC_DIR,
+    CdiDevice,
+    CdiHook,
+    CdiMount,
+    ContainerEdits,
+    Spec,
+    SpecWriter,
+)
+
+log = logging.getLogger(__name__)
+
+GPU_KIND = CDI_KIND
+IMEX_KIND = CDI_IMEX_KIND
+ALL_DEVICES = "all"
+CONTROL_NODES = (
+    "/dev/nvidia-modeset",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-uvm",
+    "/dev/nvidiactl",
+)
+"""The control nodes in the toolkit's order (pkg/nvcdi/common-nvml.go); only those that exist."""
+FILE_OPTIONS = ("ro", "nosuid", "nodev", "rbind", "rprivate")
+IPC_OPTIONS = ("nosuid", "nodev", "rbind", "rprivate", "noexec")
+HOOK_STAGE = "createContainer"
+HOOK_ENV = ("NVIDIA_CTK_DEBUG=false",)
+CREATE_SYMLINKS = "create-symlinks"
+ENABLE_CUDA_COMPAT = "enable-cuda-compat"
+UPDATE_LDCACHE = "update-ldcache"
+DISABLE_DEVICE_NODE_MODIFICATION = "disable-device-node-modification"
+HOOKS = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE, DISABLE_DEVICE_NODE_MODIFICATION)
+ALL_HOOKS = "all"
+FEATURE_DISABLE_IPC = "disable-ipc-discoverer"
+FEATURE_NO_GIDS = "no-additional-gids-for-device-nodes"
+FEATURE_FLAGS = (FEATURE_DISABLE_IPC, FEATURE_NO_GIDS)
+"""The toolkit's feature flags this writer honours (no GIDs are ever added here)."""
+_EXTRA_LINKS = (
+    # library name pattern -> (link target, link name): pkg discover/symlinks.go
+    ("libcuda.so.*", "libcuda.so.1", "libcuda.so"),
+    ("libGLX_nvidia.so.*", "", "libGLX_indirect.so.0"),
+    ("libnvidia-opticalflow.so.*", "libnvidia-opticalflow.so.1", "libnvidia-opticalflow.so"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CdiOptions:
+    """Where and how the specs are written (flags ``--cdi-spec-dir``, ``--nvidia-cdi-hook-path``,
+    ``--cdi-disable-hooks``, ``--cdi-feature-flags``)."""
+
+    spec_dir: Path = DEFAULT_SPEC_DIR
+    hook_path: str = "/usr/bin/nvidia-ctk"
+    disabled_hooks: tuple[str, ...] = ()
+    feature_flags: tuple[str, ...] = ()
+
+    def hook_enabled(self, name: str) -> bool:
+        if not self.hook_path:
+            return False
+        return name not in self.disabled_hooks and ALL_HOOKS not in self.disabled_hooks
+
+
+def hook(options: CdiOptions, name: str, *args: str) -> CdiHook:
+    """A hook as the toolkit writes it: ``nvidia-ctk hook <name>``, ``nvidia-cdi-hook <name>``."""
+    program = PurePosixPath(options.hook_path).name
+    fixed = (program, "hook") if program == "nvidia-ctk" else (program,)
+    return CdiHook(HOOK_STAGE, options.hook_path, (*fixed, name, *args), HOOK_ENV)
+
+
+def _is_library(name: str) -> bool:
+    """``lib?*.so`` with nothing or a version after it (discover/ldconfig.go isLibName)."""
+    if not fnmatch.fnmatchcase(name, "lib?*.so*"):
+        return False
+    tail = name.split(".so")[-1]
+    return tail == "" or tail.startswith(".")
+
+
+def _symlinks(driver: DriverRoot, libraries: Sequence[str]) -> list[str]:
+    """``target::link`` pairs the create-symlinks hook makes beside the mounted libraries.
+
+    The soname link is the symbolic link the driver's installer made beside the
+    library (NVIDIA reads the soname from the ELF header; the installer names the
+    link after it), then the ``.so`` link when the host has one.
+    """
+    links: dict[str, None] = {}
+    for path in libraries:
+        directory, name = str(PurePosixPath(path).parent), PurePosixPath(path).name
+        for pattern, target, link in _EXTRA_LINKS:
+            if fnmatch.fnmatchcase(name, pattern):
+                links[f"{target or name}::{directory}/{link}"] = None
+        host_links = driver.symlinks_in(directory)
+        sonames = [n for n, points_to in host_links.items() if points_to == name and n != name]
+        for soname in sorted(sonames, key=len)[:1]:
+            links[f"{name}::{directory}/{soname}"] = None
+            dev_link = soname.split(".so")[0] + ".so"
+            if dev_link != soname and dev_link in host_links:
+                links[f"{soname}::{directory}/{dev_link}"] = None
+    return list(links)
+
+
+def common_edits(driver: DriverRoot, dev_root: Path, options: CdiOptions) -> ContainerEdits:
+    """What every container naming a GPU gets: control nodes, driver files, env, hooks."""
+    nodes = tuple(
+        device_node(dev_root, p) for p in CONTROL_NODES if Path(host_path(dev_root, p)).exists()
+    )
+    unknown = [f for f in options.feature_flags if f not in FEATURE_FLAGS]
+    if unknown:
+        log.warning(
+            "CDI feature flags not supported by this plugin, ignored: %s", ", ".join(unknown)
+        )
+    version = driver.version()
+    if version is None:
+        log.warning(
+            "no NVIDIA driver (libnvidia-ml.so.1) under the driver root %s: the CDI spec holds "
+            "the device nodes only",
+            driver.root,
+        )
+        return ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), device_nodes=nodes)
+    libraries = driver.libraries(version)
+    ipc = [] if FEATURE_DISABLE_IPC in options.feature_flags else driver.ipc()
+    mounts = (
+        *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in libraries),
+        *(CdiMount(driver.host_path(p), p, IPC_OPTIONS) for p in ipc),
+        *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in driver.firmware(version)),
+        *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in driver.binaries()),
+    )
+    hooks: list[CdiHook] = []
+    links = _symlinks(driver, libraries)
+    if links and options.hook_enabled(CREATE_SYMLINKS):
+        hooks.append(hook(options, CREATE_SYMLINKS, *(a for x in links for a in ("--link", x))))
+    if options.hook_enabled(ENABLE_CUDA_COMPAT):
+        hooks.append(hook(options, ENABLE_CUDA_COMPAT, f"--host-driver-version={version}"))
+    folders = list(
+        dict.fromkeys(
+            str(PurePosixPath(p).parent) for p in libraries if _is_library(PurePosixPath(p).name)
+        )
+    )
+    if folders and options.hook_enabled(UPDATE_LDCACHE):
+        hooks.append(hook(options, UPDATE_LDCACHE, *(a for f in folders for a in ("--folder", f))))
+    if options.hook_enabled(DISABLE_DEVICE_NODE_MODIFICATION):
+        hooks.append(hook(options, DISABLE_DEVICE_NODE_MODIFICATION))
+    env = (
+        f"NVIDIA_CTK_LIBCUDA_DIR={':'.join(driver.library_dirs(version))}",
+        "NVIDIA_VISIBLE_DEVICES=void",
+    )
+    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts, hooks=tuple(hooks))
+
+
+def gpu_devices(node: Node, dev_root: Path, mig_minors: Mapping[str, int]) -> list[CdiDevice]:
+    """Each GPU without MIG by UUID and index, then each MIG device by UUID and index."""
+    devices: list[CdiDevice] = []
+    for gpu in node.gpus:
+        if gpu.mig_enabled:
+            continue
+        edits = ContainerEdits(device_nodes=gpu_nodes(dev_root, gpu.minor))
+        devices += [CdiDevice(gpu.uuid, edits), CdiDevice(str(gpu.index), edits)]
+    for gpu in node.gpus:
+        for mig in gpu.migs if gpu.mig_enabled else ():
+            nodes = mig_nodes(
+                dev_root, gpu.minor, mig.gpu_instance, mig.compute_instance, mig_minors
+            )
+            edits = ContainerEdits(device_nodes=nodes)
+            devices += [CdiDevice(mig.uuid, edits), CdiDevice(mig.index, edits)]
+    return devices
+
+
+def gpu_spec(
+    node: Node,
+    driver: DriverRoot,
+    dev_root: Path,
+    options: CdiOptions,
+    mig_minors: Mapping[str, int],
+) -> Spec:
+    devices = gpu_devices(node, dev_root, mig_minors)
+    if devices:
+        every = ContainerEdits().merged(*(d.edits for d in devices))
+        devices.append(CdiDevice(ALL_DEVICES, every))
+    return Spec(GPU_KIND, tuple(devices), common_edits(driver, dev_root, options))
+
+
+def imex_spec(channels: Sequence[ImexChannel], dev_root: Path) -> Spec:
+    return Spec(
+        IMEX_KIND,
+        tuple(
+            CdiDevice(c.id, ContainerEdits(device_nodes=(device_node(dev_root, c.path),)))
+            for c in channels
+        ),
+    )
+
+
+class NvidiaCdi:
+    """Writes the NVIDIA backend's specs when it starts serving; removes them when it stops."""
+
+    def __init__(
+        self,
+        options: CdiOptions,
+        *,
+        driver_root: Path,
+        dev_root: Path,
+        imex_channels: Sequence[ImexChannel] = (),
+    ) -> None:
+        self.options = options
+        self.driver_root = driver_root
+        self.dev_root = dev_root
+        self.imex_channels = tuple(imex_channels)
+        self.writer = SpecWriter(options.spec_dir)
+
+    def specs(self, node: Node, mig_minors: Mapping[str, int]) -> list[Spec]:
+        driver = DriverRoot(self.driver_root)
+        return [
+            gpu_spec(node, driver, self.dev_root, self.options, mig_minors),
+            imex_spec(self.imex_channels, self.dev_root),
+        ]
+
+    def write(self, node: Node, mig_minors: Mapping[str, int]) -> list[Path]:
+        """Write (or rewrite what changed); OSError when the directory is not writable."""
+        self.writer.sync(self.specs(node, mig_minors))
+        return self.writer.paths
+
+    def remove(self) -> None:
+        self.writer.remove_all()

@@ -1,0 +1,203 @@
+"""The driver's files under a driver root: what a CDI spec mounts into a container.
+
+The one place that looks at the driver's file system; the root is a parameter
+so tests build a fake driver root under a temporary directory. What is looked
+for, and where, follows NVIDIA's CDI generator (nvidia-container-toolkit
+``pkg/nvcdi/driver-nvml.go``, ``internal/discover/ipc.go``,
+``pkg/lookup/library.go``, ``internal/lookup/root``):
+
+- the driver version: the suffix of the file ``libnvidia-ml.so.1`` resolves to
+  (``libnvidia-ml.so.550.54.15``); NVIDIA asks NVML, which reads the same file;
+- libraries: every ``*.so.<version>`` in the directories that hold the driver's
+  versioned libraries (and their ``vdpau`` subdirectory), found through the
+  linker cache under the root (``ldcache.py``) or, failing that, the library
+  directories NVIDIA searches; plus the legacy ``libnvidia-nvvm70.so.*``;
+- utilities: ``nvidia-smi`` and the other programs NVIDIA mounts, in the usual
+  ``bin`` and ``sbin`` directories;
+- IPC sockets: ``nvidia-persistenced`` and ``nvidia-fabricmanager`` under
+  ``/run`` or ``/var/run`` (the first found), and MPS's ``/tmp/nvidia-mps``;
+- firmware: ``/lib/firmware/nvidia/<version>/gsp*.bin`` in the kernel's
+  firmware directories.
+
+Paths are returned as they are inside the root (``/usr/bin/nvidia-smi``): a
+container sees them there; :meth:`DriverRoot.host_path` prefixes the root.
+Symbolic links are followed inside the root (a driver container's absolute
+links point into its own tree, not the plugin's).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from accel_plugins.backends.nvidia import ldcache
+
+LIBRARY_DIRS = (
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/lib/x86_64-linux-gnu/nvidia/current",
+    "/lib/aarch64-linux-gnu/nvidia/current",
+)
+"""Where NVIDIA looks for a library the linker cache does not list (pkg/lookup/library.go)."""
+BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
+)
+IPC_SOCKETS = ("nvidia-persistenced/socket", "nvidia-fabricmanager/socket")
+IPC_DIRS = ("/run", "/var/run")
+MPS_PIPE_DIR = "/tmp/nvidia-mps"
+NVML_LIBRARY = "libnvidia-ml.so.1"
+LEGACY_NVVM = "libnvidia-nvvm70.so."
+_MAX_LINKS = 40
+
+
+class DriverRoot:
+    """The driver's files under ``root`` (``/`` or a driver container's ``/run/nvidia/driver``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        machine: str | None = None,
+        kernel_release: str | None = None,
+    ) -> None:
+        self.root = root
+        self._cache = ldcache.read(root, machine)
+        self._kernel_release = kernel_release or platform.release()
+
+    def host_path(self, path: str) -> str:
+        """``/usr/bin/nvidia-smi`` under the root, as the host (and this plugin) sees it."""
+        return str(PurePosixPath(str(self.root)) / path.lstrip("/"))
+
+    def _exists(self, path: str) -> bool:
+        return os.path.lexists(self.host_path(path))
+
+    def resolve(self, path: str) -> str:
+        """Follow symbolic links inside the root; the final path (inside the root)."""
+        current = PurePosixPath(path)
+        for _ in range(_MAX_LINKS):
+            host = Path(self.host_path(str(current)))
+            if not host.is_symlink():
+                return str(current)
+            target = PurePosixPath(os.readlink(host))
+            current = target if target.is_absolute() else current.parent / target
+            current = PurePosixPath(os.path.normpath(str(current)))
+        return str(current)
+
+    def locate_library(self, name: str) -> str | None:
+        """Where ``name`` is inside the root: the linker cache first, then NVIDIA's dirs."""
+        for entry in self._cache:
+            if entry.name == name and self._exists(entry.path):
+                return entry.path
+        for directory in LIBRARY_DIRS:
+            candidate = f"{directory}/{name}"
+            if self._exists(candidate):
+                return candidate
+        return None
+
+    def version(self) -> str | None:
+        """The driver version, from the file ``libnvidia-ml.so.1`` resolves to; None without."""
+        found = self.locate_library(NVML_LIBRARY)
+        if found is None:
+            return None
+        name = PurePosixPath(self.resolve(found)).name
+        prefix = "libnvidia-ml.so."
+        version = name[len(prefix) :] if name.startswith(prefix) else ""
+        return version if version and version != "1" else None
+
+    def library_dirs(self, version: str) -> list[str]:
+        """The directories holding the driver's versioned libraries (``lib*.so.<version>``)."""
+        suffix = f".so.{version}"
+        dirs: dict[str, None] = {}
+        for entry in self._cache:
+            lib = entry.name.startswith("lib") and entry.path.endswith(suffix)
+            if lib and self._exists(entry.path):
+                dirs[str(PurePosixPath(entry.path).parent)] = None
+        if not dirs:
+            for directory in LIBRARY_DIRS:
+                if any(n.startswith("lib") for n in self._names(directory, suffix)):
+                    dirs[directory] = None
+        return list(dirs)
+
+    def libraries(self, version: str) -> list[str]:
+        """Every ``*.so.<version>`` of the driver, and the legacy NVVM library, sorted."""
+        suffix = f".so.{version}"
+        dirs = self.library_dirs(version)
+        found: dict[str, None] = {}
+        for directory in [*dirs, *(f"{d}/vdpau" for d in dirs)]:
+            for name in self._names(directory, suffix):
+                found[f"{directory}/{name}"] = None
+        for directory in dirs:
+            for name in self._names(directory, ""):
+                if name.startswith(LEGACY_NVVM):
+                    found[f"{directory}/{name}"] = None
+        return sorted(found)
+
+    def binaries(self) -> list[str]:
+        """NVIDIA's utilities, each where it is first found."""
+        out: list[str] = []
+        for program in BINARIES:
+            for directory in BINARY_DIRS:
+                path = f"{directory}/{program}"
+                if os.path.isfile(self.host_path(path)):
+                    out.append(path)
+                    break
+        return out
+
+    def ipc(self) -> list[str]:
+        """The daemons' sockets (first of /run, /var/run) and MPS's pipe directory."""
+        out: list[str] = []
+        for socket in IPC_SOCKETS:
+            for directory in IPC_DIRS:
+                if self._exists(f"{directory}/{socket}"):
+                    out.append(f"{directory}/{socket}")
+                    break
+        if self._exists(MPS_PIPE_DIR):
+            out.append(MPS_PIPE_DIR)
+        return out
+
+    def firmware(self, version: str) -> list[str]:
+        """The GSP firmware of this driver version in the kernel's firmware directories."""
+        release = self._kernel_release
+        search = (
+            f"/lib/firmware/updates/{release}",
+            "/lib/firmware/updates",
+            f"/lib/firmware/{release}",
+            "/lib/firmware",
+        )
+        for directory in search:
+            nvidia = f"{directory}/nvidia/{version}"
+            names = [n for n in self._names(nvidia, ".bin") if n.startswith("gsp")]
+            if names:
+                return [f"{nvidia}/{n}" for n in sorted(names)]
+        return []
+
+    def symlinks_in(self, directory: str) -> dict[str, str]:
+        """Symbolic links in a directory: link name -> the name it points to."""
+        out: dict[str, str] = {}
+        host = Path(self.host_path(directory))
+        for name in self._names(directory, ""):
+            if (host / name).is_symlink():
+                out[name] = PurePosixPath(os.readlink(host / name)).name
+        return out
+
+    def _names(self, directory: str, suffix: str) -> Iterable[str]:
+        try:
+            names = os.listdir(self.host_path(directory))
+        except OSError:
+            return []
+        return sorted(n for n in names if n.endswith(suffix))

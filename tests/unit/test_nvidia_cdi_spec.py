@@ -1,0 +1,355 @@
+"""NVIDIA's CDI specs on a fake driver root: linker cache, driver files, devices, hooks.
+
+Facts come from NVIDIA's sources: the device names from nvidia-container-toolkit
+``pkg/nvcdi/namer.go`` (UUID; index ``0``, MIG ``<gpu>:<mig>``) and
+``pkg/nvcdi/full-gpu-nvml.go``/``mig-device-nvml.go``; the driver files from
+``pkg/nvcdi/driver-nvml.go`` and ``internal/discover/ipc.go``; the hooks and their
+arguments from ``internal/discover/hooks.go``, ``symlinks.go``, ``ldconfig.go``
+and ``compat_libs.go``; the mount options from ``internal/discover/mounts.go`` and
+``ipc.go``; the linker cache layout from ``internal/ldcache/ldcache.go``; the IMEX
+class from k8s-device-plugin ``internal/cdi/imex.go``. Every spec generated here
+is checked against the CDI project's JSON schema (tests/cdi_fixtures.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accel_plugins.backends.nvidia import ldcache
+from accel_plugins.backends.nvidia.cdi_spec import (
+    CdiOptions,
+    NvidiaCdi,
+    common_edits,
+    gpu_spec,
+    imex_spec,
+)
+from accel_plugins.backends.nvidia.container_contract import ImexChannel, generated_mig_minors
+from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.testing import FakeHost
+from tests.cdi_fixtures import LIBDIR, VERSION, assert_valid_spec, fake_driver_root
+from tests.unit.test_nvidia_container_contract import node_of
+
+# -- the linker cache ---------------------------------------------------------------------
+
+
+def test_the_machines_own_linker_cache_lists_libc() -> None:
+    if not Path(ldcache.LDCACHE).is_file():
+        pytest.skip("this machine has no /etc/ld.so.cache")
+    names = {e.name for e in ldcache.read(Path("/"))}
+    assert "libc.so.6" in names
+
+
+@pytest.mark.parametrize(
+    ("case", "data", "machine", "expected"),
+    [
+        pytest.param(
+            "new format alone",
+            ldcache.build([("libcuda.so.1", "/usr/lib64/libcuda.so.1")], "x86_64"),
+            "x86_64",
+            [("libcuda.so.1", "/usr/lib64/libcuda.so.1")],
+            id="new-format",
+        ),
+        pytest.param(
+            "old table first (ld.so-1.7.0, then the 8-byte aligned new one)",
+            ldcache.OLD_MAGIC
+            + struct.pack("<I", 1)
+            + b"\0" * 12
+            + b"\0" * 4  # padding to 8
+            + ldcache.build([("libz.so.1", "/lib/libz.so.1")], "aarch64"),
+            "aarch64",
+            [("libz.so.1", "/lib/libz.so.1")],  # offsets count from the new table's start
+            id="old-then-new",
+        ),
+        pytest.param(
+            "another architecture's entries are skipped",
+            ldcache.build([("libcuda.so.1", "/usr/lib/aarch64-linux-gnu/libcuda.so.1")], "aarch64"),
+            "x86_64",
+            [],
+            id="other-arch",
+        ),
+    ],
+)
+def test_linker_cache_formats(
+    case: str, data: bytes, machine: str, expected: list[tuple[str, str]]
+) -> None:
+    assert [(e.name, e.path) for e in ldcache.parse(data, machine)] == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"not a cache at all, just bytes", id="garbage"),
+        pytest.param(ldcache.build([("a.so", "/a.so")])[:60], id="truncated"),
+    ],
+)
+def test_a_broken_linker_cache_is_refused_and_read_as_empty(tmp_path: Path, data: bytes) -> None:
+    with pytest.raises(ldcache.LdCacheError):
+        ldcache.parse(data)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "ld.so.cache").write_bytes(data)
+    assert ldcache.read(tmp_path) == []
+
+
+# -- the driver's files -------------------------------------------------------------------
+
+LIBS = [
+    f"{LIBDIR}/libGLX_nvidia.so.{VERSION}",
+    f"{LIBDIR}/libcuda.so.{VERSION}",
+    f"{LIBDIR}/libnvidia-ml.so.{VERSION}",
+    f"{LIBDIR}/libnvidia-nvvm70.so.4",
+    f"{LIBDIR}/libnvidia-ptxjitcompiler.so.{VERSION}",
+    f"{LIBDIR}/vdpau/libvdpau_nvidia.so.{VERSION}",
+]
+
+
+@pytest.mark.parametrize(
+    "in_cache",
+    [pytest.param(True, id="through-the-linker-cache"), pytest.param(False, id="search-dirs")],
+)
+def test_driver_files_of_a_driver_root(tmp_path: Path, in_cache: bool) -> None:
+    driver = DriverRoot(fake_driver_root(tmp_path, in_cache=in_cache), kernel_release="6.1.0")
+    assert driver.version() == VERSION
+    assert driver.library_dirs(VERSION) == [LIBDIR]
+    assert driver.libraries(VERSION) == LIBS  # not the 470 leftover, not libz
+    assert driver.binaries() == ["/usr/bin/nvidia-smi", "/usr/bin/nvidia-persistenced"]
+    assert driver.ipc() == [
+        "/run/nvidia-persistenced/socket",
+        "/var/run/nvidia-fabricmanager/socket",
+    ]
+    assert driver.firmware(VERSION) == [
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin",
+    ]
+    assert driver.host_path("/usr/bin/nvidia-smi") == f"{tmp_path}/usr/bin/nvidia-smi"
+
+
+def test_absolute_links_resolve_inside_the_driver_root(tmp_path: Path) -> None:
+    """A driver container's links point into its own tree, not the plugin's."""
+    root = fake_driver_root(tmp_path)
+    link = root / LIBDIR.lstrip("/") / "libnvidia-ml.so.1"
+    link.unlink()
+    link.symlink_to(f"{LIBDIR}/libnvidia-ml.so.{VERSION}")
+    assert DriverRoot(root).version() == VERSION
+
+
+def test_firmware_in_the_kernels_updates_directory_comes_first(tmp_path: Path) -> None:
+    root = fake_driver_root(tmp_path)
+    updates = root / "lib/firmware/updates/6.1.0/nvidia" / VERSION
+    updates.mkdir(parents=True)
+    (updates / "gsp_ga10x.bin").write_bytes(b"\0")
+    assert DriverRoot(root, kernel_release="6.1.0").firmware(VERSION) == [
+        f"/lib/firmware/updates/6.1.0/nvidia/{VERSION}/gsp_ga10x.bin"
+    ]
+
+
+def test_an_empty_root_has_no_driver(tmp_path: Path) -> None:
+    driver = DriverRoot(tmp_path)
+    assert driver.version() is None
+    assert (driver.binaries(), driver.ipc()) == ([], [])
+
+
+# -- the gpu spec -------------------------------------------------------------------------
+
+HOOK = "/usr/bin/nvidia-ctk"
+HOOK_ENV = ["NVIDIA_CTK_DEBUG=false"]
+LINKS = [
+    f"libGLX_nvidia.so.{VERSION}::{LIBDIR}/libGLX_indirect.so.0",
+    f"libGLX_nvidia.so.{VERSION}::{LIBDIR}/libGLX_nvidia.so.0",
+    f"libcuda.so.1::{LIBDIR}/libcuda.so",
+    f"libcuda.so.{VERSION}::{LIBDIR}/libcuda.so.1",
+    f"libnvidia-ml.so.{VERSION}::{LIBDIR}/libnvidia-ml.so.1",
+    f"libnvidia-ptxjitcompiler.so.{VERSION}::{LIBDIR}/libnvidia-ptxjitcompiler.so.1",
+]
+
+
+def hooks_json(path: str, names: list[str]) -> list[dict[str, Any]]:
+    program = Path(path).name
+    fixed = [program, "hook"] if program == "nvidia-ctk" else [program]
+    args = {
+        "create-symlinks": [a for link in LINKS for a in ("--link", link)],
+        "enable-cuda-compat": [f"--host-driver-version={VERSION}"],
+        "update-ldcache": ["--folder", LIBDIR, "--folder", f"{LIBDIR}/vdpau"],
+        "disable-device-node-modification": [],
+    }
+    return [
+        {
+            "hookName": "createContainer",
+            "path": path,
+            "args": [*fixed, n, *args[n]],
+            "env": HOOK_ENV,
+        }
+        for n in names
+    ]
+
+
+ALL_HOOKS = [
+    "create-symlinks",
+    "enable-cuda-compat",
+    "update-ldcache",
+    "disable-device-node-modification",
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "hooks"),
+    [
+        pytest.param(CdiOptions(), hooks_json(HOOK, ALL_HOOKS), id="default-nvidia-ctk"),
+        pytest.param(
+            CdiOptions(hook_path="/usr/local/nvidia/toolkit/nvidia-cdi-hook"),
+            hooks_json("/usr/local/nvidia/toolkit/nvidia-cdi-hook", ALL_HOOKS),
+            id="nvidia-cdi-hook-program",
+        ),
+        pytest.param(
+            CdiOptions(disabled_hooks=("update-ldcache", "enable-cuda-compat")),
+            hooks_json(HOOK, ["create-symlinks", "disable-device-node-modification"]),
+            id="two-disabled",
+        ),
+        pytest.param(CdiOptions(disabled_hooks=("all",)), [], id="all-disabled"),
+        pytest.param(CdiOptions(hook_path=""), [], id="no-hook-program"),
+    ],
+)
+def test_common_edits_golden(tmp_path: Path, options: CdiOptions, hooks: list[Any]) -> None:
+    root = fake_driver_root(tmp_path / "driver")
+    dev = FakeHost(tmp_path / "dev")
+    dev.node("/dev/nvidiactl", major=195, minor=255)
+    dev.node("/dev/nvidia-uvm", major=508, minor=0)
+    driver = DriverRoot(root, kernel_release="6.1.0")
+    got = common_edits(driver, dev.root, options).to_json()
+    file_options = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+    ipc_options = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
+
+    def mount(path: str, opts: list[str]) -> dict[str, Any]:
+        return {"hostPath": f"{root}{path}", "containerPath": path, "options": opts}
+
+    expected: dict[str, Any] = {
+        "env": [f"NVIDIA_CTK_LIBCUDA_DIR={LIBDIR}", "NVIDIA_VISIBLE_DEVICES=void"],
+        # the toolkit's order, only the nodes that exist
+        "deviceNodes": [
+            {"path": p, "hostPath": f"{dev.root}{p}", "permissions": "rw"}
+            for p in ("/dev/nvidia-uvm", "/dev/nvidiactl")
+        ],
+        "mounts": [
+            *(mount(p, file_options) for p in LIBS),
+            mount("/run/nvidia-persistenced/socket", ipc_options),
+            mount("/var/run/nvidia-fabricmanager/socket", ipc_options),
+            mount(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin", file_options),
+            mount(f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin", file_options),
+            mount("/usr/bin/nvidia-smi", file_options),
+            mount("/usr/bin/nvidia-persistenced", file_options),
+        ],
+    }
+    if hooks:
+        expected["hooks"] = hooks
+    assert got == expected
+
+
+def test_disable_ipc_discoverer_leaves_the_sockets_out(tmp_path: Path) -> None:
+    driver = DriverRoot(fake_driver_root(tmp_path))
+    options = CdiOptions(feature_flags=("disable-ipc-discoverer", "made-up-flag"))
+    mounts = [m.container_path for m in common_edits(driver, tmp_path, options).mounts]
+    assert not [m for m in mounts if "socket" in m]
+    assert mounts
+
+
+def test_without_a_driver_the_spec_holds_device_nodes_only(tmp_path: Path) -> None:
+    edits = common_edits(DriverRoot(tmp_path), tmp_path, CdiOptions())
+    assert edits.to_json() == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+
+
+def test_gpu_devices_by_uuid_and_index_and_mig_by_gpu_colon_mig(tmp_path: Path) -> None:
+    node = node_of("a100-mig")
+    spec = gpu_spec(node, DriverRoot(tmp_path), tmp_path, CdiOptions(), generated_mig_minors(4))
+    names = [d.name for d in spec.devices]
+    whole = [g for g in node.gpus if not g.mig_enabled]
+    migs = [m for g in node.gpus if g.mig_enabled for m in g.migs]
+    assert names == [
+        *(n for g in whole for n in (g.uuid, str(g.index))),
+        *(n for m in migs for n in (m.uuid, m.index)),
+        "all",
+    ]
+    by_name = {d.name: d.edits for d in spec.devices}
+    gpu = whole[0]
+    assert [n.container_path for n in by_name[str(gpu.index)].device_nodes] == [
+        f"/dev/nvidia{gpu.minor}"
+    ]
+    assert by_name[gpu.uuid] == by_name[str(gpu.index)]
+    first = node.gpus[0]
+    mig = first.migs[0]
+    minors = generated_mig_minors(4)
+    gi = minors[f"gpu{first.minor}/gi{mig.gpu_instance}/access"]
+    ci = minors[f"gpu{first.minor}/gi{mig.gpu_instance}/ci{mig.compute_instance}/access"]
+    assert [n.container_path for n in by_name[mig.index].device_nodes] == [
+        f"/dev/nvidia{first.minor}",
+        f"/dev/nvidia-caps/nvidia-cap{gi}",
+        f"/dev/nvidia-caps/nvidia-cap{ci}",
+    ]
+    every = {n for d in spec.devices if d.name != "all" for n in d.edits.device_nodes}
+    assert set(by_name["all"].device_nodes) == every
+    assert len(by_name["all"].device_nodes) == len(every)  # each node once
+
+
+@pytest.mark.parametrize("profile", ["pcie-4gpu", "dgx-h100", "a100-mig"])
+@pytest.mark.parametrize("driver", [True, False], ids=["driver", "no-driver"])
+def test_every_generated_spec_is_valid_cdi(tmp_path: Path, profile: str, driver: bool) -> None:
+    root = fake_driver_root(tmp_path) if driver else tmp_path
+    node = node_of(profile)
+    cdi = NvidiaCdi(
+        CdiOptions(spec_dir=tmp_path / "cdi"),
+        driver_root=root,
+        dev_root=root,
+        imex_channels=(ImexChannel("0"),),
+    )
+    paths = cdi.write(node, generated_mig_minors(len(node.gpus)))
+    assert [p.name for p in paths] == [
+        "k8s.device-plugin.nvidia.com-gpu.json",
+        "k8s.device-plugin.nvidia.com-imex-channel.json",
+    ]
+    for path in paths:
+        assert_valid_spec(json.loads(path.read_text()))
+
+
+def test_imex_channel_spec(tmp_path: Path) -> None:
+    spec = imex_spec([ImexChannel("0")], tmp_path).to_json()
+    assert_valid_spec(spec)
+    assert spec == {
+        "cdiVersion": "0.5.0",
+        "kind": "k8s.device-plugin.nvidia.com/imex-channel",
+        "devices": [
+            {
+                "name": "0",
+                "containerEdits": {
+                    "deviceNodes": [
+                        {
+                            "path": "/dev/nvidia-caps-imex-channels/channel0",
+                            "hostPath": f"{tmp_path}/dev/nvidia-caps-imex-channels/channel0",
+                            "permissions": "rw",
+                        }
+                    ]
+                },
+            }
+        ],
+    }
+    assert imex_spec([], tmp_path).devices == ()  # no channels: no file (see the writer)
+
+
+def test_specs_are_written_once_rewritten_on_change_and_removed(tmp_path: Path) -> None:
+    node = node_of("pcie-4gpu")
+    cdi = NvidiaCdi(CdiOptions(spec_dir=tmp_path / "cdi"), driver_root=tmp_path, dev_root=tmp_path)
+    (path,) = cdi.write(node, {})
+    inode = path.stat().st_ino
+    cdi.write(node, {})
+    assert path.stat().st_ino == inode  # unchanged: not rewritten
+    fewer = dataclasses.replace(node, gpus=node.gpus[:2])
+    cdi.write(fewer, {})
+    assert path.stat().st_ino != inode  # replaced by rename, never edited in place
+    assert len(json.loads(path.read_text())["devices"]) == 5  # 2 GPUs by UUID and index, and all
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporaries
+    cdi.remove()
+    assert list(path.parent.iterdir()) == []
