@@ -51,8 +51,10 @@ class Supervisor:
         on_state: Callable[[str, bool], None],
         *,
         environ: Mapping[str, str] | None = None,
+        first_backoff: float = FIRST_BACKOFF,
     ) -> None:
         self.plan = plan
+        self.first_backoff = first_backoff
         self.root = root
         self.control = MpsControl(
             tuple(program),
@@ -121,7 +123,7 @@ class Supervisor:
             await proc.wait()
 
     async def run(self, stop: asyncio.Event) -> None:
-        backoff = FIRST_BACKOFF
+        backoff = self.first_backoff
         while not stop.is_set():
             self._prepare()
             await self._quit_stale()
@@ -170,11 +172,15 @@ class Daemons:
         program: Sequence[str],
         *,
         environ: Mapping[str, str] | None = None,
+        first_backoff: float = FIRST_BACKOFF,
     ) -> None:
         self.root = root
         self._started = {plan.resource: False for plan in plans}
         self.supervisors = [
-            Supervisor(plan, root, program, self._on_state, environ=environ) for plan in plans
+            Supervisor(
+                plan, root, program, self._on_state, environ=environ, first_backoff=first_backoff
+            )
+            for plan in plans
         ]
 
     def _on_state(self, resource: str, started: bool) -> None:
