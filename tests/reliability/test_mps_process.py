@@ -1,0 +1,100 @@
+"""MPS end to end: `accel-plugins mps-control-daemon` and `accel-plugins nvidia` as processes.
+
+Both run on the simulated pcie-4gpu node with one config (every GPU MPS-shared,
+2 replicas) and one MPS root; the daemon runs the fake control program. The
+kubelet emulator sees the 8 replicas Healthy once the daemon is up, Unhealthy
+(still listed) while a killed control program is down, Healthy again after the
+daemon restarts it, and Unhealthy once the daemon is stopped (it quits the
+control program and exits 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from accel_plugins.backends.nvidia.fake_mps_control import COMMANDS_FILE, PID_FILE
+from accel_plugins.backends.nvidia.mps_root import MpsRoot
+from accel_plugins.kubelet import Kubelet
+from tests.reliability.plugin_process import ROOT, START_TIMEOUT, Node, PluginProcesses, ready
+
+CONFIG = """\
+version: v1
+sharing:
+  mps:
+    resources:
+    - {name: nvidia.com/gpu, replicas: 2}
+"""
+RESOURCE = "nvidia.com/gpu"
+
+
+@pytest.fixture
+async def plugins(kubelet_dir: Path, tmp_path: Path) -> AsyncIterator[PluginProcesses]:
+    processes = PluginProcesses(kubelet_dir, tmp_path)
+    yield processes
+    await processes.stop_all()
+
+
+def unhealthy(count: int) -> Callable[[Kubelet], bool]:
+    def check(k: Kubelet) -> bool:
+        view = k.resources.get(RESOURCE)
+        return view is not None and view.connected and len(view.unhealthy) == count
+
+    return check
+
+
+async def test_replicas_follow_the_control_daemon(
+    kubelet: Kubelet, plugins: PluginProcesses, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    root = MpsRoot(tmp_path / "mps")
+    common = ["--simulate", "pcie-4gpu", "--config", str(config), "--mps-root", str(root.path)]
+    node = Node(["nvidia", *common, "--metrics-address", ""], RESOURCE, 8)
+
+    await plugins.spawn(node)
+    # Listed before the daemon is up, all Unhealthy.
+    await kubelet.wait_for(unhealthy(8), START_TIMEOUT)
+
+    with (tmp_path / "daemon.log").open("wb") as out:
+        daemon = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "accel_plugins.cli",
+            "mps-control-daemon",
+            *common,
+            cwd=ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        await kubelet.wait_for(ready(node), START_TIMEOUT)
+
+        pid = int((root.pipe_dir(RESOURCE) / PID_FILE).read_text())
+        os.kill(pid, signal.SIGKILL)
+        await kubelet.wait_for(unhealthy(8), START_TIMEOUT)
+        assert kubelet.resources[RESOURCE].capacity == 8  # marked, not removed
+        await kubelet.wait_for(ready(node), START_TIMEOUT)
+        assert int((root.pipe_dir(RESOURCE) / PID_FILE).read_text()) != pid
+
+        daemon.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(START_TIMEOUT):
+            assert await daemon.wait() == 0
+        await kubelet.wait_for(unhealthy(8), START_TIMEOUT)
+    finally:
+        if daemon.returncode is None:
+            daemon.kill()
+            await daemon.wait()
+    log = (tmp_path / "daemon.log").read_text()
+    assert "Traceback" not in log, log
+    commands = (root.log_dir(RESOURCE) / COMMANDS_FILE).read_text().splitlines()
+    assert commands.count("set_default_active_thread_percentage 50") == 2  # two starts
+    assert commands[-1] == "quit"
+    assert not root.ready_file.exists()
