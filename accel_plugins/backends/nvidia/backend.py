@@ -151,6 +151,8 @@ class NvidiaBackend:
             initialised = True
             node = await asyncio.to_thread(discover, self.nvml)
             self._resources = self.build(node)
+            if self.cdi is not None:
+                await asyncio.to_thread(self._write_cdi, node)
             if self._mps_resources:
                 self._mps = MpsReadiness(
                     MpsRoot(Path(self.settings.mps_root)),
