@@ -43,14 +43,19 @@ RUN --mount=type=secret,id=ca-cert \
 
 # --- runtime: shared by both vendors (each adds its own venv) ---
 FROM ${BASE_IMAGE} AS runtime
+# Set by hack/build-images: the package version, the full git commit, the build time
+# (RFC 3339; SOURCE_DATE_EPOCH when set) and the source repository.
 ARG VERSION=0.0.0
 ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+ARG SOURCE=https://github.com/accel-plugins/accel-plugins
 LABEL org.opencontainers.image.title="accel-plugins" \
       org.opencontainers.image.description="Kubernetes device plugins on one Python framework" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.source="https://github.com/accel-plugins/accel-plugins" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.vendor="accel-plugins"
 ENV PATH=/opt/accel-plugins/bin:${PATH} \
     PYTHONDONTWRITEBYTECODE=1 \
