@@ -16,6 +16,10 @@
  *   event <gpu> <xid> <gi|-1> <ci|-1>             queued for nvmlEventSetWait
  *   lostevent                                     a wait that fails with GPU_IS_LOST
  *   lost <gpu>                                    every call on this GPU fails
+ *   driver <version> <cudaVersion>                system versions (default 550.54.15 12040)
+ *   cc <gpu> <major> <minor>                      CUDA compute capability (default: not
+ *                                                 supported)
+ *   nomig <gpu>                                   no MIG support: GetMigMode NOT_SUPPORTED
  *   telemetry <gpu> <key> <value|na|err>          a sensor reading, "not supported"
  *                                                 or a failing call (UNKNOWN);
  *       keys: util_gpu util_mem mem_used (bytes) temp power_mw ecc_corrected
@@ -77,7 +81,12 @@ struct fake_gpu {
     int down[MAX_LINKS];
     unsigned topo[MAX_GPUS];
     struct reading telemetry[T_KEYS];
+    int cc_major, cc_minor; /* cc_major 0: not supported */
+    int no_mig;
 };
+
+static char driver_version[32];
+static int cuda_version;
 
 struct fake_event {
     int gpu;
@@ -128,6 +137,8 @@ static void load_table(void) {
     memset(gpus, 0, sizeof gpus);
     memset(registered, 0, sizeof registered);
     gpu_count = event_count = event_next = init_code = 0;
+    strcpy(driver_version, "550.54.15");
+    cuda_version = 12040;
     const char *path = getenv("FAKE_NVML_TABLE");
     FILE *f = path ? fopen(path, "r") : NULL;
     if (!f) return;
@@ -208,6 +219,18 @@ static void load_table(void) {
         } else if (!strcmp(kind, "lost")) {
             int gpu = atoi(rest);
             if (gpu >= 0 && gpu < MAX_GPUS) gpus[gpu].lost = 1;
+        } else if (!strcmp(kind, "driver")) {
+            sscanf(rest, "%31s %d", driver_version, &cuda_version);
+        } else if (!strcmp(kind, "cc")) {
+            int gpu = -1, major = 0, minor = 0;
+            sscanf(rest, "%d %d %d", &gpu, &major, &minor);
+            if (gpu >= 0 && gpu < MAX_GPUS) {
+                gpus[gpu].cc_major = major;
+                gpus[gpu].cc_minor = minor;
+            }
+        } else if (!strcmp(kind, "nomig")) {
+            int gpu = atoi(rest);
+            if (gpu >= 0 && gpu < MAX_GPUS) gpus[gpu].no_mig = 1;
         }
     }
     fclose(f);
@@ -367,10 +390,33 @@ int nvmlDeviceGetNumaNodeId(struct fake_device *d, int *node) {
     return OK;
 }
 
+int nvmlSystemGetDriverVersion(char *version, unsigned size) {
+    if (refcount <= 0) return E_UNINITIALIZED;
+    return copy(version, size, driver_version);
+}
+
+int nvmlSystemGetCudaDriverVersion(int *version) {
+    if (refcount <= 0) return E_UNINITIALIZED;
+    *version = cuda_version;
+    return OK;
+}
+
+int nvmlSystemGetCudaDriverVersion_v2(int *version) { return nvmlSystemGetCudaDriverVersion(version); }
+
+int nvmlDeviceGetCudaComputeCapability(struct fake_device *d, int *major, int *minor) {
+    int rc = check(d);
+    if (rc) return rc;
+    if (!gpus[d->gpu].cc_major) return E_NOT_SUPPORTED;
+    *major = gpus[d->gpu].cc_major;
+    *minor = gpus[d->gpu].cc_minor;
+    return OK;
+}
+
 int nvmlDeviceGetMigMode(struct fake_device *d, unsigned *current, unsigned *pending) {
     int rc = check(d);
     if (rc) return rc;
     if (d->mig >= 0) return E_NOT_SUPPORTED;
+    if (gpus[d->gpu].no_mig) return E_NOT_SUPPORTED; /* as a GPU without MIG answers */
     *current = *pending = (unsigned)gpus[d->gpu].mig_mode;
     return OK;
 }

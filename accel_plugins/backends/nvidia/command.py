@@ -229,6 +229,14 @@ OPTIONS = (
         "load this libnvidia-ml.so.1 instead of searching the system and driver root",
         metavar="PATH",
     ),
+    Option(
+        "--nfd-features-file",
+        "keep the node's GPU labels (gpu-feature-discovery's names) in this Node Feature "
+        "Discovery feature file, e.g. /etc/kubernetes/node-feature-discovery/features.d/"
+        "accel-plugins-nvidia; empty: off",
+        default="",
+        metavar="FILE",
+    ),
 )
 
 

@@ -153,4 +153,9 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
             cdi=cdi_writer(settings, spec_dir),
         )
 
+    features = options.get("nfd_features_file")
+    if features:
+        from accel_plugins.backends.nvidia.feature_file import labelled
+
+        return labelled(factory, Path(features))
     return factory

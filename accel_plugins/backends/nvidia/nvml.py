@@ -441,6 +441,35 @@ class Pynvml:
             return False
         return bool(current == pynvml.NVML_DEVICE_MIG_ENABLE)
 
+    def mig_capable(self, handle: Handle) -> bool:
+        import pynvml
+
+        try:
+            self._call("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
+        except (NvmlNotSupportedError, NvmlFunctionMissingError):
+            return False
+        return True
+
+    def driver_version(self) -> str:
+        import pynvml
+
+        return _text(self._call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+
+    def cuda_driver_version(self) -> int:
+        import pynvml
+
+        return int(
+            self._call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion)
+        )
+
+    def compute_capability(self, handle: Handle) -> tuple[int, int]:
+        import pynvml
+
+        major, minor = self._call(
+            "nvmlDeviceGetCudaComputeCapability", pynvml.nvmlDeviceGetCudaComputeCapability, handle
+        )
+        return int(major), int(minor)
+
     def mig_handles(self, handle: Handle) -> list[Handle]:
         import pynvml
 

@@ -70,6 +70,33 @@ DEFAULT_TELEMETRY: dict[str, TelemetryValue] = {
 }
 
 
+# The versions go-nvml's dgxa100 mock reports, so labels look like a real node's.
+SIMULATED_DRIVER_VERSION = "550.54.15"
+SIMULATED_CUDA_DRIVER_VERSION = 12040
+
+# (compute capability, MIG-capable) by a word of the GPU's name, as NVIDIA publishes them.
+_KNOWN_MODELS = (
+    ("H200", (9, 0), True),
+    ("H100", (9, 0), True),
+    ("A100", (8, 0), True),
+    ("A30", (8, 0), True),
+    ("L40S", (8, 9), False),
+    ("L4", (8, 9), False),
+    ("A10", (8, 6), False),
+    ("T4", (7, 5), False),
+    ("V100", (7, 0), False),
+)
+
+
+def _known(name: str) -> tuple[tuple[int, int], bool]:
+    """The compute capability and MIG support of a simulated GPU, from its name."""
+    words = name.replace("-", " ").split()
+    for model, capability, mig in _KNOWN_MODELS:
+        if model in words:
+            return capability, mig
+    return (0, 0), False
+
+
 @dataclass(frozen=True, slots=True)
 class SimHandle:
     gpu: int
@@ -225,6 +252,25 @@ class SimulatedNvml:
     def mig_enabled(self, handle: Handle) -> bool:
         h = self._gpu("nvmlDeviceGetMigMode", handle)
         return self.profile.gpus[h.gpu].mig_enabled and h.mig is None
+
+    def mig_capable(self, handle: Handle) -> bool:
+        h = self._gpu("nvmlDeviceGetMigMode", handle)
+        gpu = self.profile.gpus[h.gpu]
+        return gpu.mig_enabled or _known(gpu.name)[1]
+
+    def driver_version(self) -> str:
+        with self._cond:
+            self._check_init("nvmlSystemGetDriverVersion")
+        return SIMULATED_DRIVER_VERSION
+
+    def cuda_driver_version(self) -> int:
+        with self._cond:
+            self._check_init("nvmlSystemGetCudaDriverVersion")
+        return SIMULATED_CUDA_DRIVER_VERSION
+
+    def compute_capability(self, handle: Handle) -> tuple[int, int]:
+        h = self._gpu("nvmlDeviceGetCudaComputeCapability", handle)
+        return _known(self.profile.gpus[h.gpu].name)[0]
 
     def mig_handles(self, handle: Handle) -> list[Handle]:
         h = self._gpu("nvmlDeviceGetMaxMigDeviceCount", handle)
