@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,29 @@ async def test_a_node_added_inside_the_directory_reaches_the_cdi_spec(
             break
         await asyncio.sleep(0.01)
     assert "/dev/snd/hwC2D0" in audio_nodes()
+
+
+async def test_the_command_line_serves_it_as_an_operator_runs_it(
+    kubelet: Kubelet, kubelet_dir: Path, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    """``accel-plugins generic --config FILE --domain squat.ai``, a process of its own."""
+    build_node_dev(fake_host)
+    config = tmp_path / "config.yaml"
+    config.write_text(squat_config_text())
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "accel_plugins.cli", "generic",
+        f"--config={config}", "--domain=squat.ai", f"--plugin-dir={kubelet_dir}",
+        f"--dev-root={fake_host.dev}", f"--sys-root={fake_host.sys}", "--udev-source=off",
+        "--metrics-address=", f"--pod-resources-socket={tmp_path / 'none.sock'}",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for resource, count in EXPECTED.items():
+            await kubelet.wait_for_resource(resource, allocatable=count, timeout=15)
+        record = await kubelet.allocate("player", "main", "squat.ai/audio", 2)
+        # Two replicas of one directory: the container gets it once.
+        assert record.response.devices == (DeviceSpec("/dev/snd", "/dev/snd", "mrw"),)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=10)
+    assert process.returncode == 0, stderr.decode()
