@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import shutil
 import signal
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
@@ -128,7 +129,19 @@ async def _scrape(host: str, port: int) -> list[str]:
     ]
 
 
-def _print_allocation(say: _Printer, record: AllocationRecord) -> None:
+def _cdi_devices(directory: Path) -> dict[str, dict[str, Any]]:
+    """Qualified CDI name -> its containerEdits, from the spec files in ``directory``."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(directory.glob("*.json")):
+        spec = json.loads(path.read_text())
+        for device in spec.get("devices", []):
+            found[f"{spec['kind']}={device['name']}"] = device.get("containerEdits", {})
+    return found
+
+
+def _print_allocation(
+    say: _Printer, record: AllocationRecord, cdi_specs: Mapping[str, Mapping[str, Any]]
+) -> None:
     ids = ", ".join(map(_short, record.device_ids))
     say(f"  {record.resource} x{len(record.device_ids)}: {ids}")
     response = record.response
@@ -140,7 +153,11 @@ def _print_allocation(say: _Printer, record: AllocationRecord) -> None:
     for name, value in sorted(response.envs.items()):
         say(f"    env     {name}={value}")
     for cdi in response.cdi_devices:
-        say(f"    cdi     {cdi}")
+        # A CDI device is injected by the runtime from its spec, not by the response.
+        say(f"    cdi     {cdi}  (the runtime applies its spec:)")
+        for node in cdi_specs.get(cdi, {}).get("deviceNodes", []):
+            host = node.get("hostPath", node["path"])
+            say(f"      device  {host} -> {node['path']} ({node.get('permissions', 'rwm')})")
 
 
 async def run_demo(
@@ -293,7 +310,7 @@ class _Demo:
         say.section("Allocation for pod default/demo-pod, container app")
         for name, count in DEMO_REQUEST:
             record = await self.kubelet.allocate("demo-pod", "app", name, count)
-            _print_allocation(say, record)
+            _print_allocation(say, record, _cdi_devices(self.workdir / "cdi"))
         say(f"  CDI specs written to {self.generic_settings.cdi_spec_dir}:")
         for spec_file in sorted(p.name for p in (self.workdir / "cdi").glob("*.json")):
             say(f"    {spec_file}")
@@ -323,7 +340,7 @@ class _Demo:
         """Allocate two shared GPUs for one container and show the response."""
         self.say("  Allocation for pod default/train, container main (2 shared GPUs):")
         record = await self.kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2)
-        _print_allocation(self.say, record)
+        _print_allocation(self.say, record, _cdi_devices(self.workdir / "cdi"))
 
     async def show_metrics(self, host: str) -> None:
         """Start each plugin's metrics server on ``host`` and print a selection of a scrape."""

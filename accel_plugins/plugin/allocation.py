@@ -88,6 +88,10 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
     Nodes and mounts are keyed by container path: two devices sharing a node
     (e.g. a control device) yield it once, with the union of permissions.
     Env vars and annotations are merged in device order; later devices win.
+    A device that names CDI devices is injected by them: its nodes, mounts and
+    env are in its CDI spec (``accel_plugins.plugin.cdi``), so only its CDI
+    names (and annotations, which a spec cannot carry) go into the response;
+    the runtime would otherwise create its nodes twice.
     """
     nodes: dict[str, DeviceNode] = {}
     mounts: dict[str, Mount] = {}
@@ -95,6 +99,10 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
     annotations: dict[str, str] = {}
     cdi: dict[str, None] = {}
     for device in devices:
+        annotations.update(device.annotations)
+        if device.cdi_devices:
+            cdi.update(dict.fromkeys(device.cdi_devices))
+            continue
         for node in device.nodes:
             old = nodes.get(node.container_path)
             if old is None:
@@ -105,8 +113,6 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
         for mount in device.mounts:
             mounts.setdefault(mount.container_path, mount)
         envs.update(device.envs)
-        annotations.update(device.annotations)
-        cdi.update(dict.fromkeys(device.cdi_devices))
     return ContainerAllocation(
         nodes=tuple(nodes.values()),
         mounts=tuple(mounts.values()),

@@ -120,14 +120,12 @@ def test_merge_combines_specs() -> None:
         mounts=(Mount("/lib/a", "/a", read_only=True),),
         envs={"A": "1", "SHARED": "first"},
         annotations={"k": "v"},
-        cdi_devices=("example.com/w=one",),
     )
     second = Device(
         "two",
         nodes=(DeviceNode("/dev/two", "/dev/x1"), DeviceNode("/dev/ctl", permissions="w")),
         mounts=(Mount("/lib/a", "/a", read_only=True),),
         envs={"SHARED": "second"},
-        cdi_devices=("example.com/w=two", "example.com/w=one"),
     )
     merged = merge([first, second])
     assert [(n.host_path, n.container_path, n.permissions) for n in merged.nodes] == [
@@ -137,6 +135,27 @@ def test_merge_combines_specs() -> None:
     ]
     assert merged.mounts == (Mount("/lib/a", "/a", read_only=True),)
     assert dict(merged.envs) == {"A": "1", "SHARED": "second"}
+    assert dict(merged.annotations) == {"k": "v"}
+    assert merged.cdi_devices == ()
+
+
+def test_a_device_named_by_cdi_is_injected_once_by_its_cdi_names() -> None:
+    """Its nodes, mounts and env live in its CDI spec: the response names it, nothing more
+    (issue 15: never both a device spec and a CDI device)."""
+    plain = Device("zero", nodes=(DeviceNode("/dev/zero"),), envs={"Z": "0"})
+    named = Device(
+        "one",
+        nodes=(DeviceNode("/dev/one"),),
+        mounts=(Mount("/lib/a", "/a"),),
+        envs={"A": "1"},
+        annotations={"k": "v"},
+        cdi_devices=("example.com/w=one",),
+    )
+    other = Device("two", nodes=(DeviceNode("/dev/two"),), cdi_devices=("example.com/w=two",))
+    merged = merge([plain, named, other, named])
+    assert merged.nodes == (DeviceNode("/dev/zero"),)
+    assert merged.mounts == ()
+    assert dict(merged.envs) == {"Z": "0"}
     assert dict(merged.annotations) == {"k": "v"}
     assert merged.cdi_devices == ("example.com/w=one", "example.com/w=two")
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins.backends.generic import cdi
 from accel_plugins.backends.generic.config import GenericConfig
 from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
@@ -32,6 +31,7 @@ from accel_plugins.plugin.allocation import (
     spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import Publish
+from accel_plugins.plugin.cdi import SpecWriter, qualified_name, spec_of_devices
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,10 @@ class GenericBackend:
         self._vanished = VanishedDevices(
             grace=self.settings.vanished_grace, in_use=in_use, clock=clock
         )
-        # The spec last written per resource: compared whole, because a directory
-        # path's nodes (devdir.py) can change while its Device value does not.
-        self._cdi_written: dict[str, dict[str, object]] = {}
+        # Specs are rebuilt on every scan and rewritten when their text changes: a
+        # directory path's nodes (devdir.py) can change while its Device does not.
+        directory = self.settings.cdi_spec_dir
+        self._cdi = SpecWriter(directory) if directory is not None else None
         self._feed: ChangeFeed | None = None
         self.scans = 0
 
@@ -119,7 +120,7 @@ class GenericBackend:
             kind = self.resource(name)
             if self.settings.cdi_spec_dir is not None:
                 devices = [
-                    dataclasses.replace(d, cdi_devices=(cdi.qualified_name(kind, d.id),))
+                    dataclasses.replace(d, cdi_devices=(qualified_name(kind, d.id),))
                     for d in devices
                 ]
             found[kind] = {d.id: d for d in devices}
@@ -130,24 +131,24 @@ class GenericBackend:
         return self._vanished.apply(self.discover())
 
     def _write_cdi(self, tree: Mapping[str, Mapping[str, Device]]) -> None:
-        directory = self.settings.cdi_spec_dir
-        if directory is None:
+        """One spec per resource, kind ``<domain>/<name>``, a CDI device per device ID.
+
+        A CDI ``deviceNodes`` entry must be a device node (the CDI library refuses a
+        directory), so a directory path (``/dev/snd``) is listed as the nodes inside.
+        A resource without devices has no spec (CDI wants at least one device).
+        """
+        if self._cdi is None:
             return
         host = self._host
 
         def nodes_of(node: DeviceNode) -> list[DeviceNode]:
             return expand(host, node)
 
-        for kind, devices in tree.items():
-            spec = cdi.build_spec(kind, devices, nodes_of)
-            if self._cdi_written.get(kind) == spec:
-                continue
-            try:
-                cdi.sync_spec(directory, kind, devices, nodes_of)
-            except OSError as exc:
-                log.error("cannot write the CDI spec for %s in %s: %s", kind, directory, exc)
-                continue
-            self._cdi_written[kind] = spec
+        specs = [spec_of_devices(kind, devices, nodes_of) for kind, devices in tree.items()]
+        try:
+            self._cdi.sync(specs)
+        except OSError as exc:  # retried on the next scan
+            log.error("cannot write the CDI specs in %s: %s", self._cdi.directory, exc)
 
     def preferred_allocation(
         self,
@@ -227,6 +228,8 @@ class GenericBackend:
         finally:
             self._feed = None
             feed.close()
+            if self._cdi is not None:
+                self._cdi.remove_all()  # nobody serves these devices any more
 
 
 def _config_group(device: Device) -> object:
