@@ -189,7 +189,7 @@ BAD = [
     pytest.param("- a\n", "config.yaml: expected a mapping, got a list", id="top-level-list"),
     pytest.param(
         "domain: squat.ai\ndevices: []\n",
-        "config.yaml: domain: unknown key (expected one of: devices)",
+        "config.yaml: domain: unknown key (expected one of: devices, device)",
         id="unknown-top-level-key",
     ),
     pytest.param(

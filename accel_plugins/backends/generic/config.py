@@ -50,6 +50,8 @@ MAX_COUNT = 10_000
 OUTSIDE_DEV_KEY = "allowMountPathOutsideDev"
 # Opt-in for a Device-type host path outside /dev (e.g. a driver container's /run/.../dev).
 HOST_OUTSIDE_DEV_KEY = "allowHostPathOutsideDev"
+# squat's own key for the device list; its config file takes "devices" as an alias (config.go).
+SQUAT_DEVICES_KEY = "device"
 
 _GLOB_CHARS = frozenset("*?[")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -192,20 +194,24 @@ class _Reader(Fields):
     def config(self, data: object) -> GenericConfig:
         if data is None:
             raise self.fail("", "the file is empty; expected a mapping with a 'devices' list")
-        top = self.mapping(data, "", ("devices",))
-        if "devices" not in top:
+        # squat's config file (viper) reads "device" and its alias "devices" alike.
+        top = self.mapping(data, "", ("devices", SQUAT_DEVICES_KEY))
+        if "devices" in top and SQUAT_DEVICES_KEY in top:
+            raise self.fail("", "has both devices and device (the same list in squat's format)")
+        key = SQUAT_DEVICES_KEY if SQUAT_DEVICES_KEY in top else "devices"
+        if key not in top:
             raise self.fail("devices", "missing (a list of devices to expose)")
-        items = self.sequence(top["devices"], "devices")
+        items = self.sequence(top[key], key)
         if not items:
-            raise self.fail("devices", "must list at least one device")
+            raise self.fail(key, "must list at least one device")
         devices: list[DeviceSpec] = []
         seen: dict[str, int] = {}
         for i, item in enumerate(items):
-            where = f"devices[{i}]"
+            where = f"{key}[{i}]"
             spec = self.device(item, where)
             if spec.name in seen:
                 raise self.fail(
-                    f"{where}.name", f"{spec.name!r} is already used by devices[{seen[spec.name]}]"
+                    f"{where}.name", f"{spec.name!r} is already used by {key}[{seen[spec.name]}]"
                 )
             seen[spec.name] = i
             devices.append(spec)
