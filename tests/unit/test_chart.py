@@ -53,6 +53,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "existing-configmap",
         "plugin-watcher",
         "squat-devices",
+        "mps",
     }
 
 

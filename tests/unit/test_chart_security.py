@@ -31,6 +31,14 @@ MIG_CONTAINER_CONTEXT = {
     if key != "allowPrivilegeEscalation"
 } | {"capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}
 
+# The MPS control daemon (nvidia.mps in values.yaml): no privileged mode, two capabilities to
+# start MPS servers as their clients' user.
+MPS_CONTAINER_CONTEXT = DOCUMENTED_CONTAINER_CONTEXT | {
+    "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
+}
+# What it writes on the host: the MPS root (pipes, logs, status files) and its shm directory.
+MPS_WRITABLE_HOST_PATHS = {"/run/nvidia/mps", "/run/nvidia/mps/shm"}
+
 # Host paths a plugin may write: its sockets (device plugin and, in plugin-watcher mode,
 # registration), and CDI specs when CDI is on. All others read-only.
 WRITABLE_HOST_PATHS = {
@@ -42,6 +50,10 @@ WRITABLE_HOST_PATHS = {
 
 def _daemonsets(name: str) -> list[Obj]:
     return list(of_kind(render(ci_values(name)), "DaemonSet").values())
+
+
+def _is_mps(ds: Obj) -> bool:
+    return bool(ds["metadata"]["name"].endswith("-nvidia-mps"))
 
 
 def _mig_possible(name: str, ds: Obj) -> bool:
@@ -61,6 +73,8 @@ def test_containers_use_the_documented_security_context(name: str) -> None:
         expected = (
             MIG_CONTAINER_CONTEXT if _mig_possible(name, ds) else DOCUMENTED_CONTAINER_CONTEXT
         )
+        if _is_mps(ds):
+            expected = MPS_CONTAINER_CONTEXT
         assert container(ds)["securityContext"] == expected
 
 
@@ -102,7 +116,9 @@ def test_pods_share_nothing_with_the_host_but_mounts(name: str) -> None:
     for ds in _daemonsets(name):
         spec = ds["spec"]["template"]["spec"]
         for field in ("hostNetwork", "hostPID", "hostIPC"):
-            assert not spec.get(field, False), field
+            # The MPS daemon's hostPID is documented (nvidia.mps.hostPID, NVIDIA's default).
+            if not (_is_mps(ds) and field == "hostPID"):
+                assert not spec.get(field, False), field
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
         assert spec["automountServiceAccountToken"] is False
 
@@ -113,7 +129,8 @@ def test_host_mounts_are_read_only_except_sockets_and_cdi(name: str) -> None:
         for _, read_only, volume in mounts(ds).values():
             if "hostPath" in volume:
                 path = volume["hostPath"]["path"]
-                assert read_only == (path not in WRITABLE_HOST_PATHS), path
+                writable = MPS_WRITABLE_HOST_PATHS if _is_mps(ds) else WRITABLE_HOST_PATHS
+                assert read_only == (path not in writable), path
 
 
 @pytest.mark.parametrize("backend", ["nvidia", "generic"])

@@ -68,7 +68,8 @@ class MpsReadiness:
         """Watch until cancelled; BackendError when the root cannot be watched."""
         path: Path = self.root.path
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            if not path.is_dir():  # the chart mounts an existing root read-only
+                path.mkdir(parents=True)
             watcher = DirWatcher(self._on_event)
             watcher.add(path)
         except OSError as exc:

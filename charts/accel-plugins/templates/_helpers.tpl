@@ -87,6 +87,22 @@ ConfigMap may hold any strategy. Call with (dict "root" $ "backend" "nvidia" "va
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the MPS control daemon runs: nvidia.mps.enabled when true or false, else whether the
+rendered config sets sharing.mps. Call with the root context.
+*/}}
+{{- define "accel-plugins.nvidiaMps" -}}
+{{- $v := .Values.nvidia }}
+{{- if not $v.enabled }}
+{{- false }}
+{{- else if kindIs "bool" $v.mps.enabled }}
+{{- $v.mps.enabled }}
+{{- else }}
+{{- $sharing := default dict (default dict $v.config).sharing }}
+{{- not (empty $sharing.mps) }}
+{{- end }}
+{{- end }}
+
 {{/* Values that contradict each other stop the render with a message naming the keys. */}}
 {{- define "accel-plugins.validate" -}}
 {{- $v := .Values }}
