@@ -353,3 +353,32 @@ def test_specs_are_written_once_rewritten_on_change_and_removed(tmp_path: Path) 
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporaries
     cdi.remove()
     assert list(path.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("mounted", "read_from"),
+    [
+        pytest.param(True, "container", id="driver-root-mounted-at-container-path"),
+        pytest.param(False, "host", id="no-container-path-reads-the-driver-root"),
+    ],
+)
+def test_files_read_in_the_container_driver_root_are_named_at_the_host_driver_root(
+    tmp_path: Path, mounted: bool, read_from: str
+) -> None:
+    """NVIDIA's plugin-manager.go: files found under the container's driver root
+    (``--driver-root-ctr-path``, where the chart mounts the host's) and named in the spec
+    under ``--nvidia-driver-root`` (its root transform, driver root -> target driver root)."""
+    container = tmp_path / "driver-root"
+    host = tmp_path / "run" / "nvidia" / "driver"
+    fake_driver_root(container if mounted else host)
+    cdi = NvidiaCdi(
+        CdiOptions(spec_dir=tmp_path / "cdi"),
+        driver_root=host,
+        dev_root=host,
+        container_driver_root=container,
+    )
+    driver = cdi.driver()
+    assert driver.root == (container if read_from == "container" else host)
+    edits = common_edits(driver, host, CdiOptions())
+    smi = next(m for m in edits.mounts if m.container_path == "/usr/bin/nvidia-smi")
+    assert smi.host_path == f"{host}/usr/bin/nvidia-smi"

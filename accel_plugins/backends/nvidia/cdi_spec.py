@@ -240,15 +240,26 @@ class NvidiaCdi:
         driver_root: Path,
         dev_root: Path,
         imex_channels: Sequence[ImexChannel] = (),
+        container_driver_root: Path | None = None,
     ) -> None:
         self.options = options
         self.driver_root = driver_root
         self.dev_root = dev_root
         self.imex_channels = tuple(imex_channels)
+        self.container_driver_root = container_driver_root
         self.writer = SpecWriter(options.spec_dir)
 
+    def driver(self) -> DriverRoot:
+        """The driver's files read where this container sees the host's driver root
+        (``--driver-root-ctr-path`` when that directory exists, as the chart mounts it),
+        named in the spec where the host has them (``--nvidia-driver-root``)."""
+        read = self.container_driver_root
+        if read is None or not read.is_dir():
+            read = self.driver_root
+        return DriverRoot(read, host_root=self.driver_root)
+
     def specs(self, node: Node, mig_minors: Mapping[str, int]) -> list[Spec]:
-        driver = DriverRoot(self.driver_root)
+        driver = self.driver()
         return [
             gpu_spec(node, driver, self.dev_root, self.options, mig_minors),
             imex_spec(self.imex_channels, self.dev_root),

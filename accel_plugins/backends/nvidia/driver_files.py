@@ -20,9 +20,12 @@ for, and where, follows NVIDIA's CDI generator (nvidia-container-toolkit
   firmware directories.
 
 Paths are returned as they are inside the root (``/usr/bin/nvidia-smi``): a
-container sees them there; :meth:`DriverRoot.host_path` prefixes the root.
-Symbolic links are followed inside the root (a driver container's absolute
-links point into its own tree, not the plugin's).
+container sees them there; :meth:`DriverRoot.host_path` prefixes the root as the
+host names it. The plugin may see the root elsewhere (NVIDIA's chart, and ours
+with CDI, mount the host's driver root at ``/driver-root``): ``root`` is where
+the files are read, ``host_root`` where the host has them (NVIDIA's driver root
+and target driver root). Symbolic links are followed inside the root (a driver
+container's absolute links point into its own tree, not the plugin's).
 """
 
 from __future__ import annotations
@@ -66,31 +69,38 @@ _MAX_LINKS = 40
 
 
 class DriverRoot:
-    """The driver's files under ``root`` (``/`` or a driver container's ``/run/nvidia/driver``)."""
+    """The driver's files under ``root`` (``/`` or a driver container's ``/run/nvidia/driver``),
+    which the host has under ``host_root`` (default: the same path)."""
 
     def __init__(
         self,
         root: Path,
         *,
+        host_root: Path | None = None,
         machine: str | None = None,
         kernel_release: str | None = None,
     ) -> None:
         self.root = root
+        self.host_root = host_root or root
         self._cache = ldcache.read(root, machine)
         self._kernel_release = kernel_release or platform.release()
 
     def host_path(self, path: str) -> str:
-        """``/usr/bin/nvidia-smi`` under the root, as the host (and this plugin) sees it."""
+        """``/usr/bin/nvidia-smi`` under the root as the host has it (a spec's ``hostPath``)."""
+        return str(PurePosixPath(str(self.host_root)) / path.lstrip("/"))
+
+    def local(self, path: str) -> str:
+        """The same file where this process reads it."""
         return str(PurePosixPath(str(self.root)) / path.lstrip("/"))
 
     def _exists(self, path: str) -> bool:
-        return os.path.lexists(self.host_path(path))
+        return os.path.lexists(self.local(path))
 
     def resolve(self, path: str) -> str:
         """Follow symbolic links inside the root; the final path (inside the root)."""
         current = PurePosixPath(path)
         for _ in range(_MAX_LINKS):
-            host = Path(self.host_path(str(current)))
+            host = Path(self.local(str(current)))
             if not host.is_symlink():
                 return str(current)
             target = PurePosixPath(os.readlink(host))
@@ -153,7 +163,7 @@ class DriverRoot:
         for program in BINARIES:
             for directory in BINARY_DIRS:
                 path = f"{directory}/{program}"
-                if os.path.isfile(self.host_path(path)):
+                if os.path.isfile(self.local(path)):
                     out.append(path)
                     break
         return out
@@ -189,7 +199,7 @@ class DriverRoot:
     def symlinks_in(self, directory: str) -> dict[str, str]:
         """Symbolic links in a directory: link name -> the name it points to."""
         out: dict[str, str] = {}
-        host = Path(self.host_path(directory))
+        host = Path(self.local(directory))
         for name in self._names(directory, ""):
             if (host / name).is_symlink():
                 out[name] = PurePosixPath(os.readlink(host / name)).name
@@ -197,7 +207,7 @@ class DriverRoot:
 
     def _names(self, directory: str, suffix: str) -> Iterable[str]:
         try:
-            names = os.listdir(self.host_path(directory))
+            names = os.listdir(self.local(directory))
         except OSError:
             return []
         return sorted(n for n in names if n.endswith(suffix))

@@ -114,6 +114,7 @@ def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | No
         driver_root=settings.driver_root,
         dev_root=settings.dev_root,
         imex_channels=settings.allocate.imex_channels,
+        container_driver_root=Path(settings.container_driver_root),
     )
 
 
