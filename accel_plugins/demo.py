@@ -26,9 +26,19 @@ from typing import Any, TextIO
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.backends.nvidia.config import NvidiaSettings, share_all
+from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.config import (
+    NvidiaSettings,
+    ReplicaDevices,
+    ReplicatedResource,
+    TimeSlicing,
+)
 from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
+from accel_plugins.backends.nvidia.mps_control import fake_program
+from accel_plugins.backends.nvidia.mps_daemon import Daemons
+from accel_plugins.backends.nvidia.mps_startup import daemons_for
+from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import MetricsServer, instrumented_manager
 from accel_plugins.plugin.manager import Manager, ManagerSettings
@@ -62,10 +72,28 @@ devices:
 # (resource, how many) for the demo pod's one container.
 DEMO_REQUEST = (("accel-plugins.io/dev-null", 2), ("accel-plugins.io/zero-full", 1))
 
-# The simulated NVIDIA node: 8 H100s on NVSwitch, each time-sliced four ways.
+# The simulated NVIDIA node: 8 H100s on NVSwitch, each shared four ways: GPUs 0-3 time-sliced,
+# GPUs 4-7 with MPS (its control daemons run the fake control program).
 NVIDIA_PROFILE = "dgx-h100"
 NVIDIA_REPLICAS = 4
 NVIDIA_RESOURCE = "nvidia.com/gpu.shared"
+NVIDIA_MPS_RESOURCE = "nvidia.com/gpu.mps"
+
+
+def _demo_sharing(mps_root: Path) -> NvidiaSettings:
+    def half(refs: tuple[str, ...], rename: str, where: str) -> TimeSlicing:
+        entry = ReplicatedResource(
+            "nvidia.com/gpu", rename, ReplicaDevices(refs=refs), NVIDIA_REPLICAS, where
+        )
+        return TimeSlicing(
+            fail_requests_greater_than_one=rename == NVIDIA_MPS_RESOURCE, resources=(entry,)
+        )
+
+    return NvidiaSettings(
+        time_slicing=half(("0", "1", "2", "3"), NVIDIA_RESOURCE, "demo timeSlicing"),
+        mps=half(("4", "5", "6", "7"), NVIDIA_MPS_RESOURCE, "demo mps"),
+        mps_root=str(mps_root),
+    )
 
 
 class _Printer:
@@ -205,8 +233,11 @@ class _Demo:
     metrics: dict[str, MetricsServer]
     """Each plugin's metrics server, by plugin name."""
     kubelet: Kubelet
+    mps: Daemons
     generic_task: asyncio.Task[None] | None = None
     nvidia_task: asyncio.Task[None] | None = None
+    mps_task: asyncio.Task[None] | None = None
+    mps_stop: asyncio.Event | None = None
 
     @classmethod
     def set_up(cls, say: _Printer, dev_root: Path) -> _Demo:
@@ -225,8 +256,9 @@ class _Demo:
         manager, generic_metrics = instrumented_manager(
             lambda: GenericBackend(config, settings), ManagerSettings(plugin_dir=plugin_dir), pods
         )
-        nvidia_settings = NvidiaSettings(
-            time_slicing=share_all(NVIDIA_REPLICAS, rename_by_default=True)
+        nvidia_settings = _demo_sharing(workdir / "mps")
+        mps = daemons_for(
+            SimulatedNvml(load_profile(NVIDIA_PROFILE)), nvidia_settings, fake_program()
         )
         nvidia, nvidia_metrics = instrumented_manager(
             lambda: simulated_backend(NVIDIA_PROFILE, nvidia_settings),
@@ -248,6 +280,7 @@ class _Demo:
             pods=pods,
             metrics={"generic": generic_metrics, "nvidia": nvidia_metrics},
             kubelet=kubelet,
+            mps=mps,
         )
 
     def introduce(self) -> None:
@@ -273,10 +306,15 @@ class _Demo:
 
     async def start_plugins(self) -> None:
         """Run both plugins; wait until the kubelet has every resource's device list."""
+        self.mps_stop = asyncio.Event()
+        self.mps_task = asyncio.create_task(self.mps.run(self.mps_stop), name="demo mps")
         self.generic_task = asyncio.create_task(self.generic.run(), name="demo manager")
         self.nvidia_task = asyncio.create_task(self.nvidia.run(), name="demo nvidia manager")
-        for name in [*self.generic_resources, NVIDIA_RESOURCE]:
+        for name in [*self.generic_resources, NVIDIA_RESOURCE, NVIDIA_MPS_RESOURCE]:
             await self.kubelet.wait_for_resource(name, timeout=10)
+        # MPS replicas are listed at once, Healthy once their control daemon is up.
+        mps = NVIDIA_MPS_RESOURCE
+        await self.kubelet.wait_for(lambda k: k.resources[mps].allocatable == 16, timeout=20)
 
     def show_registrations(self) -> None:
         """One line per plugin registration the kubelet accepted, with its options."""
@@ -316,30 +354,44 @@ class _Demo:
             say(f"    {spec_file}")
 
     def show_gpus(self) -> None:
-        """The simulated NVIDIA node: each GPU and how many time-sliced replicas it offers."""
+        """The simulated NVIDIA node: each GPU and its replicas, time-sliced or MPS-shared."""
         say = self.say
         say.section(
-            f"Simulated NVIDIA node: {NVIDIA_PROFILE}, time-sliced x{NVIDIA_REPLICAS} "
+            f"Simulated NVIDIA node: {NVIDIA_PROFILE}, each GPU shared x{NVIDIA_REPLICAS} "
             f"(accel-plugins nvidia --simulate {NVIDIA_PROFILE})"
         )
-        view = self.kubelet.resources[NVIDIA_RESOURCE]
-        say(f"  {NVIDIA_RESOURCE}: {view.allocatable} allocatable of {view.capacity}")
-        gpus = self.nvidia.tree.get(NVIDIA_RESOURCE, {})
-        per_gpu: dict[tuple[int, str, str], int] = {}
-        for device in gpus.values():
-            facts = gpu_facts(device)
-            key = (facts.gpu_index, facts.name, facts.replica_of or device.id)
-            per_gpu[key] = per_gpu.get(key, 0) + 1
-        for (index, model, uuid), count in sorted(per_gpu.items()):
+        for resource, how in (
+            (NVIDIA_RESOURCE, "time-sliced: replicas take turns on the whole GPU"),
+            (NVIDIA_MPS_RESOURCE, "MPS: concurrent clients, each with a share of SMs and memory"),
+        ):
+            view = self.kubelet.resources[resource]
+            say(f"  {resource}: {view.allocatable} allocatable of {view.capacity} ({how})")
+            per_gpu: dict[tuple[int, str, str], int] = {}
+            for device in self.nvidia.tree.get(resource, {}).values():
+                facts = gpu_facts(device)
+                key = (facts.gpu_index, facts.name, facts.replica_of or device.id)
+                per_gpu[key] = per_gpu.get(key, 0) + 1
+            for (index, model, uuid), count in sorted(per_gpu.items()):
+                say(
+                    f"    GPU {index}  {model}  {_short(uuid)}  {count} replicas "
+                    f"({_short(uuid)}::0 .. ::{count - 1})"
+                )
+        for supervisor in self.mps.supervisors:
             say(
-                f"    GPU {index}  {model}  {_short(uuid)}  {count} replicas "
-                f"({_short(uuid)}::0 .. ::{count - 1})"
+                f"  MPS control daemon for {supervisor.resource} "
+                "(accel-plugins mps-control-daemon, a fake nvidia-cuda-mps-control here):"
             )
+            for command in supervisor.plan.commands():
+                say(f"    {command}")
 
     async def allocate_gpus(self) -> None:
-        """Allocate two shared GPUs for one container and show the response."""
-        self.say("  Allocation for pod default/train, container main (2 shared GPUs):")
+        """Allocate two time-sliced GPUs and one MPS replica; show the responses."""
+        self.say("  Allocation for pod default/train, container main (2 time-sliced GPUs):")
         record = await self.kubelet.allocate("train", "main", NVIDIA_RESOURCE, 2)
+        _print_allocation(self.say, record, _cdi_devices(self.workdir / "cdi"))
+        # failRequestsGreaterThanOne, on by default for MPS: one replica per container.
+        self.say("  Allocation for pod default/infer, container main (1 MPS replica):")
+        record = await self.kubelet.allocate("infer", "main", NVIDIA_MPS_RESOURCE, 1)
         _print_allocation(self.say, record, _cdi_devices(self.workdir / "cdi"))
 
     async def show_metrics(self, host: str) -> None:
@@ -379,6 +431,9 @@ class _Demo:
             await endpoint.stop()
         await self.generic.stop()
         await self.nvidia.stop()
+        if self.mps_stop is not None and self.mps_task is not None:
+            self.mps_stop.set()  # each control daemon is told to quit
+            await self.mps_task
         for task in (self.generic_task, self.nvidia_task):
             if task is not None:
                 task.cancel()

@@ -38,6 +38,12 @@ async def test_walkthrough_on_the_real_dev() -> None:
     assert (
         'accel_plugins_devices{health="Healthy",resource="accel-plugins.io/dev-null"} 4.0' in text
     )
+    # The simulated NVIDIA node: time-sliced GPUs next to MPS-shared ones, the MPS contract.
+    assert "nvidia.com/gpu.shared: 16 allocatable of 16 (time-sliced" in text
+    assert "nvidia.com/gpu.mps: 16 allocatable of 16 (MPS" in text
+    assert "set_default_active_thread_percentage 25" in text
+    assert "env     CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu.mps/pipe" in text
+    assert re.search(r"mount   \S+/mps/shm -> /dev/shm \(rw\)", text)
     assert not workdir_of(text).exists()  # cleaned up
 
 

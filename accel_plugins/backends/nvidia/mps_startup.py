@@ -9,12 +9,13 @@ they were refused with the config (exit 2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.factory import runnable_settings
 from accel_plugins.backends.nvidia.mps_control import PROGRAM, fake_program
 from accel_plugins.backends.nvidia.mps_daemon import Daemons
@@ -34,6 +35,17 @@ def load_daemons(options: Mapping[str, Any], environ: Mapping[str, str]) -> Daem
     else:
         nvml = Pynvml(settings.driver_root, library=options.get("nvml_library"))
     program = options.get("mps_control_path") or (fake_program() if simulate else (PROGRAM,))
+    return daemons_for(nvml, settings, program, environ=environ)
+
+
+def daemons_for(
+    nvml: Nvml,
+    settings: NvidiaSettings,
+    program: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Daemons:
+    """The daemons for the MPS resources ``settings`` make of the GPUs ``nvml`` finds."""
     if settings.mps is None:
         return Daemons([], MpsRoot(Path(settings.mps_root or ".")), program)
     backend = NvidiaBackend(nvml, settings)
