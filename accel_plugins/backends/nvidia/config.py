@@ -856,6 +856,6 @@ def cdi_only_warnings(settings: NvidiaSettings) -> list[str]:
     return [
         f"{', '.join(enabled)} enabled with a CDI strategy: containers get the NVIDIA_* "
         "variables; NVIDIA's plugin also names its own CDI devices for them "
-        "(k8s.device-plugin.nvidia.com/<mode>=all), which need the CDI specs it writes and "
-        "this plugin does not write yet"
+        "(k8s.device-plugin.nvidia.com/<mode>=all), whose specs this plugin does not write "
+        "(it writes the gpu and imex-channel specs only)"
     ]
