@@ -44,6 +44,7 @@ from accel_plugins.backends.nvidia.mps_plan import DaemonPlan, SharedGpu, daemon
 from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
 from accel_plugins.backends.nvidia.mps_root import MpsRoot
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.cli import main
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, Health, Mount
 from tests.nvidia_fixtures import profile
@@ -518,3 +519,28 @@ async def test_daemon_starts_restarts_and_quits(tmp_path: Path) -> None:
     # Each start: NVIDIA's health query once the daemon answers, then the limits; on
     # stop, quit. (The killed daemon and the missing one refuse connections: unrecorded.)
     assert commands == [health, *limits, health, *limits, "quit"]
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param("sharing: {mps: {resources: [{name: gpu, replicas: 1}]}}\n", id="replicas-1"),
+        pytest.param(
+            "sharing:\n  timeSlicing: {resources: [{name: gpu, replicas: 2}]}\n"
+            "  mps: {resources: [{name: gpu, replicas: 2, rename: gpu.mps}]}\n",
+            id="time-sliced-and-mps-shared",
+        ),
+    ],
+)
+def test_the_daemon_refuses_what_the_plugin_refuses(
+    tmp_path: Path, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    common = ["--simulate", "pcie-4gpu", "--config", str(path), "--mps-root", str(tmp_path)]
+    for command in ("mps-control-daemon", "nvidia"):
+        assert main([command, *common]) == 2
+        assert f"accel-plugins {command}: configuration error: {path}" in capsys.readouterr().err

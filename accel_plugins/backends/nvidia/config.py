@@ -43,14 +43,19 @@ in string fields, null as unset)::
       required: false
 
 What NVIDIA's parser refuses is refused here, exit 2 with the file, the field
-path and the reason: replicas below 2, ``timeSlicing`` or ``mps`` without
-resources, a ``devices`` entry that is no GPU index, MIG index or UUID, a
+path and the reason: replicas below 2 (above 48 for MPS, NVIDIA's
+mps-control-daemon limit), ``timeSlicing`` or ``mps`` without resources, a
+``devices`` entry that is no GPU index, MIG index or UUID, a
 resource name NVIDIA's ``NewResourceName`` refuses, IMEX channel IDs other than
 ``[]`` or ``[0]``, unknown values of the strategies. Checks NVIDIA makes after
 merging flags (``validateFlags``) are made in :func:`resolve`, so a flag can
 override a bad file value as it can there. Keys NVIDIA does not define load,
 as there, with a warning naming the closest known key; ``--strict-config``
 refuses them.
+
+MPS (``sharing.mps``) is served with ``accel-plugins mps-control-daemon``
+(see :mod:`mps_daemon`); with both sections NVIDIA ignores ``timeSlicing``,
+here both apply to disjoint GPUs (a resource both share wholly is refused).
 
 Where we go beyond NVIDIA: ``rename`` and ``devices`` under sharing are
 honoured (NVIDIA's plugin parses and then ignores them; a warning says so at
