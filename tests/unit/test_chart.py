@@ -54,6 +54,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "plugin-watcher",
         "squat-devices",
         "mps",
+        "nvidia-cdi",
     }
 
 

@@ -103,6 +103,25 @@ rendered config sets sharing.mps. Call with the root context.
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the NVIDIA plugin may run with a CDI device list strategy (cdi-annotations or
+cdi-cri), so it writes CDI specs: nvidia.deviceListStrategy when set, else the config's
+flags.plugin.deviceListStrategy (a string or a list); an existingConfigMap may hold any, so it
+counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
+*/}}
+{{- define "accel-plugins.nvidiaCdi" -}}
+{{- $v := .values }}
+{{- if $v.deviceListStrategy }}
+{{- contains "cdi-" $v.deviceListStrategy }}
+{{- else if $v.existingConfigMap }}
+{{- true }}
+{{- else }}
+{{- $plugin := default dict (default dict (default dict $v.config).flags).plugin }}
+{{- $strategy := default "envvar" $plugin.deviceListStrategy }}
+{{- contains "cdi-" (ternary (join "," $strategy) (toString $strategy) (kindIs "slice" $strategy)) }}
+{{- end }}
+{{- end }}
+
 {{/* Values that contradict each other stop the render with a message naming the keys. */}}
 {{- define "accel-plugins.validate" -}}
 {{- $v := .Values }}
