@@ -55,6 +55,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "squat-devices",
         "mps",
         "nvidia-cdi",
+        "per-node-configs",
     }
 
 
@@ -183,10 +184,10 @@ def test_labels_and_selectors(name: str) -> None:
         assert labels["app.kubernetes.io/version"] == package_version()
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == f"accel-plugins-{package_version()}"
-    pods = {
-        ds["metadata"]["labels"]["app.kubernetes.io/component"]: ds["spec"]["template"]
+    pods = [
+        ds["spec"]["template"]["metadata"]["labels"]
         for ds in of_kind(objects, "DaemonSet").values()
-    }
+    ]
     selectors = [
         ds["spec"]["selector"]["matchLabels"] for ds in of_kind(objects, "DaemonSet").values()
     ]
@@ -197,8 +198,8 @@ def test_labels_and_selectors(name: str) -> None:
     for selector in selectors:
         assert "helm.sh/chart" not in selector
         assert "app.kubernetes.io/version" not in selector
-        pod_labels = pods[selector["app.kubernetes.io/component"]]["metadata"]["labels"]
-        assert selector.items() <= pod_labels.items()
+        # Each selects pods of the chart (a DaemonSet per named config: several per backend).
+        assert any(selector.items() <= pod_labels.items() for pod_labels in pods)
 
 
 def test_defaults_run_nvidia_on_nfd_labelled_gpu_nodes() -> None:
@@ -260,7 +261,8 @@ def test_nvidia_only_passes_flags_config_and_driver_root() -> None:
     assert found["/etc/accel-plugins"][2]["configMap"] == {"name": f"{PREFIX}-nvidia"}
     config = of_kind(objects, "ConfigMap")[f"{PREFIX}-nvidia"]["data"]["config.yaml"]
     assert yaml.safe_load(config) == values["nvidia"]["config"]
-    assert "checksum/config" in ds["spec"]["template"]["metadata"]["annotations"]
+    # No checksum: a ConfigMap change is reloaded live, pods are not restarted for it.
+    assert "checksum/config" not in ds["spec"]["template"]["metadata"]["annotations"]
 
 
 def test_generic_only_mounts_host_dev_sys_udev_and_cdi() -> None:

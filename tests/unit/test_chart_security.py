@@ -7,6 +7,7 @@ kubelet's root-owned sockets and directories. Privileged mode is an explicit opt
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from tests.chart_support import CI_VALUES, Obj, ci_values, container, mounts, of_kind, render
 
@@ -45,6 +46,8 @@ WRITABLE_HOST_PATHS = {
     "/var/lib/kubelet/device-plugins",
     "/var/lib/kubelet/plugins_registry",
     "/var/run/cdi",
+    # nvidia.nfd.enabled: the Node Feature Discovery feature file the plugin keeps.
+    "/etc/kubernetes/node-feature-discovery/features.d",
 }
 
 
@@ -57,9 +60,20 @@ def _is_mps(ds: Obj) -> bool:
 
 
 def _mig_possible(name: str, ds: Obj) -> bool:
-    """The NVIDIA daemonset of a values file that sets a MIG strategy or an existing ConfigMap."""
+    """The NVIDIA daemonset of a values file that sets a MIG strategy or an existing ConfigMap.
+
+    With per-node configs, each DaemonSet ``<prefix>-nvidia-<config>`` reads its own config.
+    """
     nvidia = ci_values(name).get("nvidia", {})
-    flags = (nvidia.get("config") or {}).get("flags") or {}
+    config = nvidia.get("config") or {}
+    named = (nvidia.get("configs") or {}).get("map") or {}
+    ds_name: str = ds["metadata"]["name"]
+    if named and "-nvidia-" in ds_name:
+        config = named[ds_name.split("-nvidia-", 1)[1]]
+        config = yaml.safe_load(config) if isinstance(config, str) else config
+        flags = config.get("flags") or {}
+        return (nvidia.get("migStrategy") or flags.get("migStrategy") or "none") != "none"
+    flags = config.get("flags") or {}
     strategy = nvidia.get("migStrategy") or flags.get("migStrategy", "none")
     mig = strategy != "none" or bool(
         nvidia.get("existingConfigMap") and not nvidia.get("migStrategy")

@@ -27,6 +27,9 @@
 app.kubernetes.io/name: {{ include "accel-plugins.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .backend }}
+{{- with .config }}
+accel-plugins.io/config: {{ . }}
+{{- end }}
 {{- end }}
 
 {{/* Every object's labels. */}}
@@ -54,6 +57,8 @@ app.kubernetes.io/part-of: accel-plugins
 {{- define "accel-plugins.configMapName" -}}
 {{- if .values.existingConfigMap }}
 {{- .values.existingConfigMap }}
+{{- else if .values.configs.map }}
+{{- include "accel-plugins.componentName" . }}
 {{- else if eq .backend "nvidia" }}
 {{- if .values.config }}{{ include "accel-plugins.componentName" . }}{{ end }}
 {{- else if include "accel-plugins.genericDevices" .root | fromYamlArray }}
@@ -82,7 +87,13 @@ ConfigMap may hold any strategy. Call with (dict "root" $ "backend" "nvidia" "va
 {{- else if $v.existingConfigMap }}
 {{- true }}
 {{- else }}
-{{- $flags := default dict (default dict $v.config).flags }}
+{{- $config := default dict $v.config }}
+{{- if .config }}
+{{- /* A named config of configs.map: a map, or YAML text as NVIDIA's chart takes it. */}}
+{{- $config = index $v.configs.map .config }}
+{{- if kindIs "string" $config }}{{ $config = fromYaml $config }}{{ end }}
+{{- end }}
+{{- $flags := default dict (default dict $config).flags }}
 {{- ne (toString (default "none" $flags.migStrategy)) "none" }}
 {{- end }}
 {{- end }}
@@ -138,7 +149,7 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{- if and $devices $v.generic.existingConfigMap }}
 {{- fail "generic.devices and generic.existingConfigMap are exclusive (so are devices and generic.existingConfigMap): the config comes from values or from an existing ConfigMap, not both" }}
 {{- end }}
-{{- if and $v.generic.enabled (not (or $devices $v.generic.existingConfigMap)) }}
+{{- if and $v.generic.enabled (not (or $devices $v.generic.existingConfigMap $v.generic.configs.map)) }}
 {{- fail "generic.enabled needs devices to expose: set devices, generic.devices or generic.existingConfigMap" }}
 {{- end }}
 {{- $names := dict }}

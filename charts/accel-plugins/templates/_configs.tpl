@@ -1,0 +1,101 @@
+{{/*
+Per-node configs. <backend>.configs names configs (configs.map, rendered into the backend's
+ConfigMap, one key per name; or configs.names, keys of <backend>.existingConfigMap); each named
+config gets a DaemonSet of its own that runs on the nodes whose configs.nodeLabel names it, and
+the default config's DaemonSet also takes the nodes without the label. The scheduler and the
+DaemonSet controller do the choosing, so the plugin needs no API access: relabelling a node
+moves that node, and only it, to the other DaemonSet. Helpers take
+(dict "root" $ "backend" "nvidia" "values" ... ["config" name]).
+*/}}
+
+{{/* The config names as a JSON list: [] without per-node configs. */}}
+{{- define "accel-plugins.configNames" -}}
+{{- $c := .values.configs }}
+{{- if $c.map }}
+{{- keys $c.map | sortAlpha | toJson }}
+{{- else if and .values.existingConfigMap $c.names }}
+{{- $c.names | toJson }}
+{{- else }}
+{{- list | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+The config of unlabelled nodes: configs.default, else NVIDIA's config-manager fallbacks (a
+config named "default", else the only one); "" when none applies (then validate fails).
+*/}}
+{{- define "accel-plugins.defaultConfig" -}}
+{{- $names := include "accel-plugins.configNames" . | fromJsonArray }}
+{{- if .values.configs.default }}
+{{- .values.configs.default }}
+{{- else if has "default" $names }}
+{{- "default" }}
+{{- else if eq (len $names) 1 }}
+{{- first $names }}
+{{- end }}
+{{- end }}
+
+{{/* The DaemonSet's name: "<release>-accel-plugins-<backend>[-<config>]". */}}
+{{- define "accel-plugins.daemonSetName" -}}
+{{- $name := include "accel-plugins.componentName" . }}
+{{- if .config }}{{ printf "%s-%s" $name .config }}{{ else }}{{ $name }}{{ end }}
+{{- end }}
+
+{{/*
+common.affinity, with a named config's node affinity ANDed into every required term: the
+config's nodes are those labelled with its name (and, for the default, those without the
+label). A node whose label names no config runs no plugin, as NVIDIA's config-manager then
+fails: a typo does not silently fall back to another config.
+*/}}
+{{- define "accel-plugins.affinity" -}}
+{{- $affinity := deepCopy (default dict .root.Values.common.affinity) }}
+{{- if .config }}
+{{- $label := .values.configs.nodeLabel }}
+{{- $mine := list (dict "matchExpressions" (list (dict "key" $label "operator" "In" "values" (list .config)))) }}
+{{- if eq .config (include "accel-plugins.defaultConfig" .) }}
+{{- $mine = append $mine (dict "matchExpressions" (list (dict "key" $label "operator" "DoesNotExist"))) }}
+{{- end }}
+{{- $node := default dict $affinity.nodeAffinity }}
+{{- $required := default dict (get $node "requiredDuringSchedulingIgnoredDuringExecution") }}
+{{- $terms := list }}
+{{- range $theirs := default (list dict) $required.nodeSelectorTerms }}
+{{- range $m := $mine }}
+{{- $expressions := concat (default list $theirs.matchExpressions) $m.matchExpressions }}
+{{- $terms = append $terms (merge (dict "matchExpressions" $expressions) (omit $theirs "matchExpressions")) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $required "nodeSelectorTerms" $terms }}
+{{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required }}
+{{- $_ := set $affinity "nodeAffinity" $node }}
+{{- end }}
+{{- if $affinity }}{{ toYaml $affinity }}{{ end }}
+{{- end }}
+
+{{/* Per-node config values that contradict each other stop the render. Root context. */}}
+{{- define "accel-plugins.validateConfigs" -}}
+{{- range $backend := list "nvidia" "generic" }}
+{{- $v := index $.Values $backend }}
+{{- $c := $v.configs }}
+{{- $ctx := dict "root" $ "backend" $backend "values" $v }}
+{{- $names := include "accel-plugins.configNames" $ctx | fromJsonArray }}
+{{- $single := ternary $v.config (include "accel-plugins.genericDevices" $ | fromYamlArray) (eq $backend "nvidia") }}
+{{- if and $c.map $single }}
+{{- fail (printf "%s.configs.map and %s are exclusive: one config for every node, or named configs per node" $backend (ternary "nvidia.config" "generic.devices (and devices)" (eq $backend "nvidia"))) }}
+{{- end }}
+{{- if and $c.map $v.existingConfigMap }}
+{{- fail (printf "%s.configs.map and %s.existingConfigMap are exclusive: name the existing ConfigMap's configs in %s.configs.names" $backend $backend $backend) }}
+{{- end }}
+{{- if and $c.names (not $v.existingConfigMap) }}
+{{- fail (printf "%s.configs.names lists keys of %s.existingConfigMap, which is not set (configs in values go in %s.configs.map)" $backend $backend $backend) }}
+{{- end }}
+{{- if $names }}
+{{- $default := include "accel-plugins.defaultConfig" $ctx }}
+{{- if not $default }}
+{{- fail (printf "%s.configs.default must name the config of nodes without the label %s (one of %s)" $backend $c.nodeLabel (join ", " $names)) }}
+{{- end }}
+{{- if not (has $default $names) }}
+{{- fail (printf "%s.configs.default %q is not one of the configs (%s)" $backend $default (join ", " $names)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
