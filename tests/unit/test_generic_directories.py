@@ -246,6 +246,13 @@ def test_cdi_spec_lists_the_nodes_inside_a_directory(fake_host: FakeHost, tmp_pa
     ]
 
 
+@pytest.mark.parametrize("path", ["/dev", "/dev/"])
+def test_the_config_refuses_all_of_dev_as_one_device(path: str) -> None:
+    # Squat accepts it; the runtime would then create every host device in the container.
+    with pytest.raises(ConfigError, match="every device node of the host"):
+        parse_config(f"devices: [{{name: d, groups: [{{paths: [{{path: {path}}}]}}]}}]")
+
+
 def test_the_config_still_refuses_a_device_directory_outside_dev() -> None:
     with pytest.raises(ConfigError, match="outside /dev"):
         parse_config(textwrap.dedent("devices: [{name: d, groups: [{paths: [{path: /etc}]}]}]"))

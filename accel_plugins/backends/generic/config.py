@@ -302,6 +302,14 @@ class _Reader(Fields):
                 f"{path!r} is a Device path outside /dev on the host; "
                 f"set {HOST_OUTSIDE_DEV_KEY}: true on this path if that is intended",
             )
+        # A directory is handed over whole (devdir.py): /dev itself would give the
+        # container every device node of the host, a privileged container in effect.
+        if kind is PathType.DEVICE and path.rstrip("/") == "/dev":
+            raise self.fail(
+                f"{where}.path",
+                "'/dev' as a Device path would hand the container every device node of the "
+                "host; name the directory or the nodes it needs",
+            )
         return PathSpec(
             path=path,
             mount_path=mount_path,
