@@ -21,6 +21,7 @@ from accel_plugins.backends.generic.config import load_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.kubelet.model import DeviceSpec
+from tests.cdi_fixtures import assert_valid_spec_file
 from tests.framework_fixtures import StartManager
 from tests.generic_fixtures import FakeHost
 from tests.squat_fixtures import build_node_dev, squat_config_text
@@ -85,6 +86,8 @@ async def test_a_node_added_inside_the_directory_reaches_the_cdi_spec(
         spec = json.loads(spec_file.read_text())
         return [n["hostPath"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
 
+    # Valid CDI: every deviceNodes entry a node (CDI's library refuses a directory).
+    assert_valid_spec_file(spec_file)
     assert "/dev/snd/controlC1" in audio_nodes()
     assert "/dev/snd/pcmC0D0c" in audio_nodes()
     fake_host.node("/dev/snd/hwC2D0", major=116, minor=9)  # a third card arrives
