@@ -34,6 +34,14 @@ from accel_plugins.plugin.backend import (
     PreStarter,
     Publish,
 )
+from accel_plugins.plugin.cdi import (
+    CdiDevice,
+    CdiHook,
+    CdiMount,
+    CdiSpec,
+    CdiSpecWriter,
+    ContainerEdits,
+)
 from accel_plugins.plugin.command import (
     ENTRY_POINT_GROUP,
     BackendCommand,
@@ -62,8 +70,14 @@ __all__ = [
     "BackendContext",
     "BackendError",
     "BackendFactory",
+    "CdiDevice",
+    "CdiHook",
+    "CdiMount",
+    "CdiSpec",
+    "CdiSpecWriter",
     "ConfigError",
     "ContainerAllocation",
+    "ContainerEdits",
     "Device",
     "DeviceNode",
     "DeviceTree",

@@ -37,6 +37,8 @@ DEFAULT_SPEC_DIR = Path("/var/run/cdi")
 
 @dataclass(frozen=True, slots=True)
 class CdiMount:
+    """A mount a CDI spec asks for; ``options`` as mount(8) takes them (``ro``, ``rbind``)."""
+
     host_path: str
     container_path: str
     options: tuple[str, ...] = ()
@@ -54,6 +56,9 @@ class CdiHook:
 
 @dataclass(frozen=True, slots=True)
 class ContainerEdits:
+    """What a CDI device (or a whole spec) adds to a container: ``NAME=value`` env entries,
+    device nodes, mounts and OCI hooks."""
+
     env: tuple[str, ...] = ()
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[CdiMount, ...] = ()
@@ -106,12 +111,14 @@ def _hook_json(hook: CdiHook) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class CdiDevice:
+    """One device of a spec, requested as ``<kind>=<name>``."""
+
     name: str
     edits: ContainerEdits
 
 
 @dataclass(frozen=True, slots=True)
-class Spec:
+class CdiSpec:
     """One spec file: ``kind`` (``vendor/class``), its devices, and the edits every
     container that names any of them gets (``edits``)."""
 
@@ -162,15 +169,15 @@ def device_edits(device: Device, expand: Expand = _as_is) -> ContainerEdits:
     )
 
 
-def spec_of_devices(kind: str, devices: Mapping[str, Device], expand: Expand = _as_is) -> Spec:
+def spec_of_devices(kind: str, devices: Mapping[str, Device], expand: Expand = _as_is) -> CdiSpec:
     """One CDI device per framework Device, named by its ID, in ID order."""
-    return Spec(
+    return CdiSpec(
         kind,
         tuple(CdiDevice(i, device_edits(devices[i], expand)) for i in sorted(devices)),
     )
 
 
-class SpecWriter:
+class CdiSpecWriter:
     """Keeps a set of spec files in one directory equal to what the backend serves.
 
     :meth:`sync` writes each spec whose text changed and removes the files of
@@ -188,7 +195,7 @@ class SpecWriter:
     def paths(self) -> list[Path]:
         return [self.directory / name for name in sorted(self._written)]
 
-    def sync(self, specs: Iterable[Spec]) -> list[Path]:
+    def sync(self, specs: Iterable[CdiSpec]) -> list[Path]:
         """Write what changed; returns the paths written now."""
         wanted = {s.file_name: s.text() for s in specs if s.devices}
         written: list[Path] = []

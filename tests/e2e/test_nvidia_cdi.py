@@ -20,7 +20,7 @@ import pytest
 
 from accel_plugins.backends.nvidia.factory import backend_factory
 from accel_plugins.kubelet import Kubelet
-from accel_plugins.plugin.cdi import CdiDevice, ContainerEdits, Spec, SpecWriter
+from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, CdiSpecWriter, ContainerEdits
 from accel_plugins.plugin.device import DeviceNode
 from accel_plugins.testing import FakeHost
 from tests.cdi_fixtures import assert_valid_spec_file, fake_driver_root
@@ -129,7 +129,7 @@ def test_podman_applies_a_written_spec(tmp_path: Path) -> None:
     if images.returncode != 0:
         pytest.skip("podman has no busybox image here, and tests do not pull one")
     spec_dir = tmp_path / "cdi"
-    spec = Spec(
+    spec = CdiSpec(
         "example.accel-plugins.io/check",
         (
             CdiDevice(
@@ -141,7 +141,7 @@ def test_podman_applies_a_written_spec(tmp_path: Path) -> None:
             ),
         ),
     )
-    SpecWriter(spec_dir).sync([spec])
+    CdiSpecWriter(spec_dir).sync([spec])
     run = subprocess.run(
         [
             "podman",

@@ -18,9 +18,9 @@ from accel_plugins.plugin.cdi import (
     CdiDevice,
     CdiHook,
     CdiMount,
+    CdiSpec,
+    CdiSpecWriter,
     ContainerEdits,
-    Spec,
-    SpecWriter,
     device_edits,
     qualified_name,
     spec_of_devices,
@@ -119,13 +119,13 @@ def test_merged_edits_keep_each_entry_once_in_order() -> None:
     )
 
 
-def spec(*names: str, kind: str = KIND) -> Spec:
+def spec(*names: str, kind: str = KIND) -> CdiSpec:
     edits = ContainerEdits(device_nodes=(DeviceNode("/dev/null"),))
-    return Spec(kind, tuple(CdiDevice(n, edits) for n in names))
+    return CdiSpec(kind, tuple(CdiDevice(n, edits) for n in names))
 
 
 def test_written_atomically_rewritten_only_on_change(tmp_path: Path) -> None:
-    writer = SpecWriter(tmp_path / "cdi")
+    writer = CdiSpecWriter(tmp_path / "cdi")
     (path,) = writer.sync([spec("a", "b")])
     assert path == tmp_path / "cdi" / "accel-plugins.io-fpga.json"
     assert_valid_spec_file(path)
@@ -139,7 +139,7 @@ def test_written_atomically_rewritten_only_on_change(tmp_path: Path) -> None:
 
 
 def test_a_spec_without_devices_or_no_longer_given_is_removed(tmp_path: Path) -> None:
-    writer = SpecWriter(tmp_path)
+    writer = CdiSpecWriter(tmp_path)
     other = spec("x", kind="accel-plugins.io/other")
     writer.sync([spec("a"), other])
     writer.sync([spec(), other])  # no devices: CDI refuses such a spec
@@ -151,7 +151,7 @@ def test_a_spec_without_devices_or_no_longer_given_is_removed(tmp_path: Path) ->
 def test_remove_all_leaves_files_it_did_not_write(tmp_path: Path) -> None:
     foreign = tmp_path / "nvidia.com-gpu.yaml"  # e.g. nvidia-ctk cdi generate's
     foreign.write_text("cdiVersion: 0.5.0\n")
-    writer = SpecWriter(tmp_path)
+    writer = CdiSpecWriter(tmp_path)
     writer.sync([spec("a")])
     (tmp_path / "accel-plugins.io-fpga.json").unlink()  # someone removed it: fine
     writer.remove_all()
@@ -162,4 +162,4 @@ def test_remove_all_leaves_files_it_did_not_write(tmp_path: Path) -> None:
 def test_an_unwritable_directory_raises_oserror(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError):  # an OSError: the caller decides what follows
-        SpecWriter(tmp_path / "file" / "cdi").sync([spec("a")])
+        CdiSpecWriter(tmp_path / "file" / "cdi").sync([spec("a")])

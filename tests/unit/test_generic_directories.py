@@ -25,7 +25,7 @@ from accel_plugins.backends.generic.devdir import expand, is_dir
 from accel_plugins.backends.generic.discovery import Discovery, device_id
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.errors import ConfigError
-from accel_plugins.plugin.cdi import SpecWriter, spec_of_devices
+from accel_plugins.plugin.cdi import CdiSpecWriter, spec_of_devices
 from accel_plugins.plugin.device import Device, DeviceNode, Health
 from tests.generic_fixtures import FakeHost
 
@@ -236,7 +236,7 @@ def test_cdi_spec_lists_the_nodes_inside_a_directory(fake_host: FakeHost, tmp_pa
     fake_host.node("/dev/snd/pcmC0D0c")
     host = HostPaths(fake_host.dev, fake_host.sys)
     (device,) = discover(fake_host, [group({"path": "/dev/snd", "mountPath": "/dev/audio/"})])
-    (path,) = SpecWriter(tmp_path).sync(
+    (path,) = CdiSpecWriter(tmp_path).sync(
         [spec_of_devices("squat.ai/audio", {device.id: device}, lambda n: expand(host, n))]
     )
     (entry,) = json.loads(path.read_text())["devices"]

@@ -17,6 +17,7 @@ EXPECTED = {
     "ENTRY_POINT_GROUP", "AccelPluginsError", "AllocationError", "BackendError", "ConfigError",
     "HookError", "InvalidSnapshotError", "check_preferred_request", "natural_key",
     "prefer_fewest_numa_nodes", "spans_numa_nodes",
+    "CdiSpec", "CdiDevice", "ContainerEdits", "CdiMount", "CdiHook", "CdiSpecWriter",
 }  # fmt: skip
 
 

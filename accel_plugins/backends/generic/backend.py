@@ -31,7 +31,7 @@ from accel_plugins.plugin.allocation import (
     spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import Publish
-from accel_plugins.plugin.cdi import SpecWriter, qualified_name, spec_of_devices
+from accel_plugins.plugin.cdi import CdiSpecWriter, qualified_name, spec_of_devices
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class GenericBackend:
         # Specs are rebuilt on every scan and rewritten when their text changes: a
         # directory path's nodes (devdir.py) can change while its Device does not.
         directory = self.settings.cdi_spec_dir
-        self._cdi = SpecWriter(directory) if directory is not None else None
+        self._cdi = CdiSpecWriter(directory) if directory is not None else None
         self._feed: ChangeFeed | None = None
         self.scans = 0
 

@@ -47,9 +47,9 @@ from accel_plugins.plugin.cdi import (
     CdiDevice,
     CdiHook,
     CdiMount,
+    CdiSpec,
+    CdiSpecWriter,
     ContainerEdits,
-    Spec,
-    SpecWriter,
 )
 
 log = logging.getLogger(__name__)
@@ -212,16 +212,16 @@ def gpu_spec(
     dev_root: Path,
     options: CdiOptions,
     mig_minors: Mapping[str, int],
-) -> Spec:
+) -> CdiSpec:
     devices = gpu_devices(node, dev_root, mig_minors)
     if devices:
         every = ContainerEdits().merged(*(d.edits for d in devices))
         devices.append(CdiDevice(ALL_DEVICES, every))
-    return Spec(GPU_KIND, tuple(devices), common_edits(driver, dev_root, options))
+    return CdiSpec(GPU_KIND, tuple(devices), common_edits(driver, dev_root, options))
 
 
-def imex_spec(channels: Sequence[ImexChannel], dev_root: Path) -> Spec:
-    return Spec(
+def imex_spec(channels: Sequence[ImexChannel], dev_root: Path) -> CdiSpec:
+    return CdiSpec(
         IMEX_KIND,
         tuple(
             CdiDevice(c.id, ContainerEdits(device_nodes=(device_node(dev_root, c.path),)))
@@ -247,7 +247,7 @@ class NvidiaCdi:
         self.dev_root = dev_root
         self.imex_channels = tuple(imex_channels)
         self.container_driver_root = container_driver_root
-        self.writer = SpecWriter(options.spec_dir)
+        self.writer = CdiSpecWriter(options.spec_dir)
 
     def driver(self) -> DriverRoot:
         """The driver's files read where this container sees the host's driver root
@@ -258,7 +258,7 @@ class NvidiaCdi:
             read = self.driver_root
         return DriverRoot(read, host_root=self.driver_root)
 
-    def specs(self, node: Node, mig_minors: Mapping[str, int]) -> list[Spec]:
+    def specs(self, node: Node, mig_minors: Mapping[str, int]) -> list[CdiSpec]:
         driver = self.driver()
         return [
             gpu_spec(node, driver, self.dev_root, self.options, mig_minors),
