@@ -258,6 +258,11 @@ def test_nfd_feature_file_is_off_by_default_and_mounted_when_on() -> None:
             'nvidia.configs.default "b" is not one of the configs',
             id="unknown-default",
         ),
+        pytest.param(
+            {"nvidia": {"configs": {"map": {"a": {}}}, "mps": {"enabled": True}}},
+            "nvidia.mps.enabled with nvidia.configs",
+            id="mps-daemon-reads-one-config",
+        ),
     ],
 )
 def test_contradictions_fail_the_render(values: Obj, message: str) -> None:

@@ -88,6 +88,9 @@ fails: a typo does not silently fall back to another config.
 {{- if and $c.names (not $v.existingConfigMap) }}
 {{- fail (printf "%s.configs.names lists keys of %s.existingConfigMap, which is not set (configs in values go in %s.configs.map)" $backend $backend $backend) }}
 {{- end }}
+{{- if and $names (eq $backend "nvidia") (eq (include "accel-plugins.nvidiaMps" $) "true") }}
+{{- fail "nvidia.mps.enabled with nvidia.configs: the MPS control daemon reads one config, so per-node configs cannot run it yet (share with sharing.timeSlicing, or use nvidia.config)" }}
+{{- end }}
 {{- if $names }}
 {{- $default := include "accel-plugins.defaultConfig" $ctx }}
 {{- if not $default }}
