@@ -38,7 +38,7 @@ from accel_plugins.backends.nvidia.config import (
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.fake_mps_control import COMMANDS_FILE, PID_FILE
-from accel_plugins.backends.nvidia.mps_control import fake_program
+from accel_plugins.backends.nvidia.mps_control import MpsControl, MpsControlError, fake_program
 from accel_plugins.backends.nvidia.mps_daemon import Daemons
 from accel_plugins.backends.nvidia.mps_plan import DaemonPlan, SharedGpu, daemon_plans
 from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
@@ -544,3 +544,15 @@ def test_the_daemon_refuses_what_the_plugin_refuses(
     for command in ("mps-control-daemon", "nvidia"):
         assert main([command, *common]) == 2
         assert f"accel-plugins {command}: configuration error: {path}" in capsys.readouterr().err
+
+
+async def test_the_fake_detaches_like_the_real_program(tmp_path: Path) -> None:
+    """``-d`` (how NVIDIA starts it) returns once the daemon listens; the client reaches it."""
+    control = MpsControl(fake_program(), tmp_path / "pipe", tmp_path / "log")
+    proc = await asyncio.create_subprocess_exec(*control.program, "-d", env=control.env)
+    assert await proc.wait() == 0
+    await control.send("set_default_active_thread_percentage 25")
+    assert await control.send("get_default_active_thread_percentage") == "25.0\n"
+    await control.send("quit")
+    with pytest.raises(MpsControlError, match="Cannot find MPS control daemon"):
+        await control.send("get_default_active_thread_percentage")

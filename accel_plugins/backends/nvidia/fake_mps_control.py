@@ -24,7 +24,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
@@ -95,6 +94,9 @@ def serve() -> int:
                         record.flush()
                         out += _answer(line, state)
                         quit_now = quit_now or line.split()[0] == "quit"
+                    if quit_now:  # gone before the answer: no client reaches a closing daemon
+                        os.unlink(SOCKET_NAME)
+                        server.close()
                     conn.sendall(out.encode())
                 if quit_now:
                     print("fake MPS control daemon: quit", flush=True)
@@ -107,18 +109,20 @@ def serve() -> int:
 
 
 def detach() -> int:
-    """``-d``: start ``-f`` in its own session and return once it listens."""
+    """``-d``: fork the daemon into its own session and return once it listens."""
     read, write = os.pipe()
-    env = {**os.environ, _READY_FD: str(write)}
-    subprocess.Popen(
-        [sys.executable, "-m", __spec__.name if __spec__ else __name__, "-f"],
-        env=env,
-        pass_fds=(write,),
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    if os.fork() == 0:  # the daemon: no exec, the same code in the child
+        code = 1
+        try:
+            os.close(read)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.environ[_READY_FD] = str(write)
+            code = serve()
+        finally:
+            os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as ready:
         return 0 if ready.read(1) else 1
