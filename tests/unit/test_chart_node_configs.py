@@ -150,6 +150,15 @@ def test_a_named_configs_mig_strategy_decides_the_capability(config: str, sys_ad
     assert ("SYS_ADMIN" in added) == sys_admin
 
 
+def test_a_named_configs_device_list_strategy_decides_cdi() -> None:
+    cdi = "version: v1\nflags:\n  plugin:\n    deviceListStrategy: cdi-cri\n"
+    values = {"nvidia": {"configs": {"map": {"default": {"version": "v1"}, "cdi": cdi}}}}
+    daemonsets = of_kind(render(values), "DaemonSet")
+    args = {n: container(ds)["args"] for n, ds in daemonsets.items()}
+    assert any(a.startswith("--cdi-spec-dir") for a in args[f"{PREFIX}-nvidia-cdi"])
+    assert not any(a.startswith("--cdi-spec-dir") for a in args[f"{PREFIX}-nvidia-default"])
+
+
 def test_common_affinity_is_kept_in_every_term() -> None:
     theirs = {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
     values: dict[str, Any] = {

@@ -35,6 +35,17 @@ config named "default", else the only one); "" when none applies (then validate 
 {{- end }}
 {{- end }}
 
+{{/*
+The NVIDIA config a DaemonSet reads, as YAML ({} when it comes from an existing ConfigMap): its
+named config of configs.map (a map, or YAML text as NVIDIA's chart takes it), else nvidia.config.
+*/}}
+{{- define "accel-plugins.nvidiaConfig" -}}
+{{- $config := .values.config }}
+{{- if .config }}{{ $config = get (default dict .values.configs.map) .config }}{{ end }}
+{{- if kindIs "string" $config }}{{ $config = fromYaml $config }}{{ end }}
+{{- toYaml (default dict $config) }}
+{{- end }}
+
 {{/* The DaemonSet's name: "<release>-accel-plugins-<backend>[-<config>]". */}}
 {{- define "accel-plugins.daemonSetName" -}}
 {{- $name := include "accel-plugins.componentName" . }}

@@ -87,13 +87,8 @@ ConfigMap may hold any strategy. Call with (dict "root" $ "backend" "nvidia" "va
 {{- else if $v.existingConfigMap }}
 {{- true }}
 {{- else }}
-{{- $config := default dict $v.config }}
-{{- if .config }}
-{{- /* A named config of configs.map: a map, or YAML text as NVIDIA's chart takes it. */}}
-{{- $config = index $v.configs.map .config }}
-{{- if kindIs "string" $config }}{{ $config = fromYaml $config }}{{ end }}
-{{- end }}
-{{- $flags := default dict (default dict $config).flags }}
+{{- $config := include "accel-plugins.nvidiaConfig" . | fromYaml }}
+{{- $flags := default dict $config.flags }}
 {{- ne (toString (default "none" $flags.migStrategy)) "none" }}
 {{- end }}
 {{- end }}
@@ -127,7 +122,8 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{- else if $v.existingConfigMap }}
 {{- true }}
 {{- else }}
-{{- $plugin := default dict (default dict (default dict $v.config).flags).plugin }}
+{{- $config := include "accel-plugins.nvidiaConfig" . | fromYaml }}
+{{- $plugin := default dict (default dict $config.flags).plugin }}
 {{- $strategy := default "envvar" $plugin.deviceListStrategy }}
 {{- contains "cdi-" (ternary (join "," $strategy) (toString $strategy) (kindIs "slice" $strategy)) }}
 {{- end }}
