@@ -1,0 +1,102 @@
+"""The contract between the DRA driver's kubelet side and its API side.
+
+The kubelet side (the ``DRAPlugin`` gRPC service, prepare/unprepare, the
+checkpoint) asks a :class:`ClaimSource` what a claim was allocated; the API
+side (ResourceClaims and ResourceSlices through a Kubernetes client) answers
+it and publishes the node's devices with a :class:`SlicePublisher`. Neither
+side imports the other: both meet here.
+
+Device IDs become DRA device names (DNS labels, at most 63 characters) with
+:func:`dra_device_name`; the mapping is deterministic, so the name in a
+claim's allocation result leads back to the device the backend published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from accel_plugins.errors import AccelPluginsError
+from accel_plugins.plugin.device import DeviceTree
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NOT_LABEL_CHARS = re.compile(r"[^a-z0-9-]+")
+_HASH_LEN = 8
+
+
+class ClaimError(AccelPluginsError):
+    """One claim cannot be prepared; its message goes in that claim's ``error``."""
+
+
+def dra_device_name(device_id: str) -> str:
+    """A DNS label naming ``device_id`` in ResourceSlices and allocation results.
+
+    An ID that already is a label is kept. Otherwise it is lowercased, runs of
+    other characters become ``-``, and a short hash of the original ID is
+    appended, so two IDs that differ only in case or punctuation stay apart.
+    """
+    if _DNS_LABEL.match(device_id):
+        return device_id
+    digest = hashlib.sha256(device_id.encode()).hexdigest()[:_HASH_LEN]
+    stem = _NOT_LABEL_CHARS.sub("-", device_id.lower()).strip("-")
+    stem = stem[: 63 - _HASH_LEN - 1].rstrip("-")
+    return f"{stem}-{digest}" if stem else f"d-{digest}"
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it in NodePrepareResources."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class AllocatedDevice:
+    """One entry of a claim's ``status.allocation.devices.results`` for our driver."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str  # the DRA device name (see dra_device_name)
+
+
+@dataclass(frozen=True)
+class ResolvedClaim:
+    """A claim read from the API server: its allocation results for this driver and pool."""
+
+    ref: ClaimRef
+    devices: tuple[AllocatedDevice, ...]
+
+
+class ClaimSource(Protocol):
+    """Reads a ResourceClaim and returns its results for ``driver`` in ``pool``.
+
+    Raises :class:`ClaimError` when the claim is missing, its UID differs from
+    the one the kubelet gave, or it is not allocated; other errors (the API
+    server unreachable) propagate as they are.
+    """
+
+    async def resolve(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim: ...
+
+
+class SlicePublisher(Protocol):
+    """Keeps the node's ResourceSlices equal to the backend's device tree.
+
+    ``publish`` is called with every new tree (hotplug, removal, health) and
+    returns once the API server has it or the attempt failed (retried with
+    backoff in the background, never raising into the caller). ``attributes``
+    maps each resource to the per-device attribute/capacity source.
+    """
+
+    async def publish(self, tree: DeviceTree) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+AttributeValue = bool | int | str
+Attributes = Mapping[str, AttributeValue]
