@@ -134,7 +134,10 @@ class Supervisor:
             try:
                 await self._configure(proc)
             except MpsControlError as exc:
+                # Without its limits it must not serve: stop it and start over (with backoff).
                 log.error("%s: MPS control daemon not configured: %s", self.resource, exc)
+                if proc.returncode is None:
+                    await self._quit(proc)
             else:
                 self.root.started_file(self.resource).touch()
                 self._on_state(self.resource, True)
