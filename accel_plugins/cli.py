@@ -306,7 +306,8 @@ def build_parser(
     for backend in backends.values():
         _add_backend(sub, backend)
 
-    _add_mps_control_daemon(sub)
+    if _wanted(argv)("mps-control-daemon"):  # its flags are the nvidia backend's: load only then
+        _add_mps_control_daemon(sub)
 
     p = sub.add_parser("demo", help="walk through a plugin and an emulated kubelet, no GPU needed")
     p.add_argument("--once", action="store_true", help="exit after the walkthrough")
