@@ -7,11 +7,15 @@ import filecmp
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from google.protobuf.descriptor import FileDescriptor
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as dp
+from accel_plugins.api import dra_health_v1alpha1_pb2 as dra_health
+from accel_plugins.api import dra_v1_pb2 as dra_v1
+from accel_plugins.api import dra_v1beta1_pb2 as dra_v1beta1
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import podresources_v1_pb2 as podres
 
@@ -79,6 +83,39 @@ PLUGIN_REGISTRATION_V1 = {
     "RegistrationStatusResponse": {},
     "InfoRequest": {},
 }
+# k8s.io/kubelet pkg/apis/dra/v1beta1/api.proto (kubelet 1.32+); v1 (1.34+) adds Device.share_id.
+DRA_V1BETA1 = {
+    "NodePrepareResourcesRequest": {"claims": 1},
+    "NodePrepareResourcesResponse": {"claims": 1},
+    "NodePrepareResourceResponse": {"devices": 1, "error": 2},
+    "Device": {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4},
+    "NodeUnprepareResourcesRequest": {"claims": 1},
+    "NodeUnprepareResourcesResponse": {"claims": 1},
+    "NodeUnprepareResourceResponse": {"error": 1},
+    "Claim": {"namespace": 1, "uid": 2, "name": 3},
+}
+DRA_V1 = {**DRA_V1BETA1, "Device": {**DRA_V1BETA1["Device"], "share_id": 5}}
+# k8s.io/kubelet pkg/apis/dra-health/v1alpha1/api.proto (fields 4 and 5 added after 1.34).
+DRA_HEALTH_V1ALPHA1 = {
+    "NodeWatchResourcesRequest": {},
+    "DeviceIdentifier": {"pool_name": 1, "device_name": 2},
+    "DeviceHealth": {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    },
+    "NodeWatchResourcesResponse": {"devices": 1},
+}
+_DRA_PLUGIN = {
+    "NodePrepareResources": ("NodePrepareResourcesRequest", "NodePrepareResourcesResponse", False),
+    "NodeUnprepareResources": (
+        "NodeUnprepareResourcesRequest",
+        "NodeUnprepareResourcesResponse",
+        False,
+    ),
+}
 SERVICES = {
     "v1beta1.Registration": {"Register": ("RegisterRequest", "Empty", False)},
     "v1beta1.DevicePlugin": {
@@ -105,6 +142,11 @@ SERVICES = {
         "GetInfo": ("InfoRequest", "PluginInfo", False),
         "NotifyRegistrationStatus": ("RegistrationStatus", "RegistrationStatusResponse", False),
     },
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": _DRA_PLUGIN,
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": _DRA_PLUGIN,
+    "v1alpha1.DRAResourceHealth": {
+        "NodeWatchResources": ("NodeWatchResourcesRequest", "NodeWatchResourcesResponse", True),
+    },
 }
 
 
@@ -115,6 +157,16 @@ SERVICES = {
         pytest.param(podres.DESCRIPTOR, "v1", POD_RESOURCES_V1, id="podresources-v1"),
         pytest.param(
             reg.DESCRIPTOR, "pluginregistration", PLUGIN_REGISTRATION_V1, id="pluginregistration"
+        ),
+        pytest.param(dra_v1.DESCRIPTOR, "k8s.io.kubelet.pkg.apis.dra.v1", DRA_V1, id="dra-v1"),
+        pytest.param(
+            dra_v1beta1.DESCRIPTOR,
+            "k8s.io.kubelet.pkg.apis.dra.v1beta1",
+            DRA_V1BETA1,
+            id="dra-v1beta1",
+        ),
+        pytest.param(
+            dra_health.DESCRIPTOR, "v1alpha1", DRA_HEALTH_V1ALPHA1, id="dra-health-v1alpha1"
         ),
     ],
 )
@@ -131,13 +183,41 @@ def test_messages_match_upstream(
 
 def test_services_match_upstream() -> None:
     actual = {}
-    for descriptor in (dp.DESCRIPTOR, podres.DESCRIPTOR, reg.DESCRIPTOR):
+    descriptors = (
+        dp.DESCRIPTOR,
+        podres.DESCRIPTOR,
+        reg.DESCRIPTOR,
+        dra_v1.DESCRIPTOR,
+        dra_v1beta1.DESCRIPTOR,
+        dra_health.DESCRIPTOR,
+    )
+    for descriptor in descriptors:
         for service in descriptor.services_by_name.values():
             actual[service.full_name] = {
                 m.name: (m.input_type.name, m.output_type.name, m.server_streaming)
                 for m in service.methods
             }
     assert actual == SERVICES
+
+
+def test_dra_health_status_values_match_upstream() -> None:
+    assert dict(dra_health.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+
+
+@pytest.mark.parametrize("module", [dra_v1, dra_v1beta1], ids=["v1", "v1beta1"])
+def test_dra_claim_maps_are_keyed_by_uid(module: ModuleType) -> None:
+    # Both responses map the claim UID (a string) to one answer per claim.
+    for name in ("NodePrepareResourcesResponse", "NodeUnprepareResourcesResponse"):
+        field = module.DESCRIPTOR.message_types_by_name[name].fields_by_name["claims"]
+        entry = field.message_type
+        assert entry.GetOptions().map_entry
+        assert entry.fields_by_name["key"].type == entry.fields_by_name["key"].TYPE_STRING
+
+
+def test_dra_v1_share_id_is_optional() -> None:
+    # proto3 `optional`: presence is tracked, so an unset share_id is not sent as "".
+    assert not dra_v1.Device().HasField("share_id")
+    assert dra_v1.Device(share_id="").HasField("share_id")
 
 
 def test_map_fields_are_string_maps() -> None:
