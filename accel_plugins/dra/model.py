@@ -14,13 +14,17 @@ claim's allocation result leads back to the device the backend published.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from accel_plugins.errors import AccelPluginsError
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.device import Device, DeviceTree
+from accel_plugins.plugin.dra_names import DraNamer
+
+log = logging.getLogger(__name__)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _NOT_LABEL_CHARS = re.compile(r"[^a-z0-9-]+")
@@ -100,3 +104,56 @@ class SlicePublisher(Protocol):
 
 AttributeValue = bool | int | str
 Attributes = Mapping[str, AttributeValue]
+
+
+@dataclass(frozen=True)
+class NamedDevice:
+    """A device of the backend's tree under its DRA name."""
+
+    resource: str
+    device: Device
+
+
+def device_names(tree: DeviceTree, namer: DraNamer | None = None) -> dict[str, NamedDevice]:
+    """DRA device name -> the device it names, for every device of ``tree`` in DRA.
+
+    Both sides use this one mapping: the API side publishes these names, the
+    kubelet side maps allocation results back through them. Names come from
+    the backend's :class:`DraNamer` when it has one (``None`` leaves a device
+    out), else from :func:`dra_device_name`. Resources are visited in sorted
+    order and IDs in sorted order, so when two devices get the same name the
+    same one wins every time; the other is left out, with an error logged.
+    """
+    named: dict[str, NamedDevice] = {}
+    for resource in sorted(tree):
+        devices = tree[resource]
+        for device_id in sorted(devices):
+            device = devices[device_id]
+            name = (
+                namer.dra_device_name(resource, device)
+                if namer is not None
+                else dra_device_name(device_id)
+            )
+            if name is None:
+                continue
+            if not _DNS_LABEL.match(name):
+                log.error(
+                    "resource %s device %s: DRA name %r is not a DNS label; left out of DRA",
+                    resource,
+                    device_id,
+                    name,
+                )
+                continue
+            first = named.get(name)
+            if first is not None:
+                log.error(
+                    "resource %s device %s: DRA name %r is taken by %s device %s; left out of DRA",
+                    resource,
+                    device_id,
+                    name,
+                    first.resource,
+                    first.device.id,
+                )
+                continue
+            named[name] = NamedDevice(resource, device)
+    return named
