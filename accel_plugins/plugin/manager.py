@@ -57,7 +57,7 @@ class ManagerSettings:
 
     plugin_dir: Path = DEFAULT_PLUGIN_DIR
     kubelet_socket: Path | None = None  # default: <plugin_dir>/kubelet.sock
-    socket_prefix: str = "accel-"
+    socket_prefix: str = ""  # before <domain>_<name>.sock (server.socket_name)
     register_timeout: float = 5.0
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
@@ -263,8 +263,11 @@ class Manager:
             self._post(_Event.CHECK)
         elif event.created and event.directory / event.name == kubelet_socket:
             self._post(_Event.KUBELET_CREATED)
-        elif event.removed and event.name.startswith(self.settings.socket_prefix):
+        elif event.removed and event.name in self._socket_names():
             self._post(_Event.CHECK)
+
+    def _socket_names(self) -> set[str]:
+        return {socket_name(r, self.settings.socket_prefix) for r in self._plugins}
 
     def _check_later(self) -> None:
         """One socket check after check_interval (a failed serve, with or without inotify)."""
@@ -361,7 +364,7 @@ class Manager:
 
     def _new_plugin(self, resource: str, devices: Mapping[str, Device]) -> ResourcePlugin:
         settings = self.settings
-        name = socket_name(settings.socket_prefix, resource)
+        name = socket_name(resource, settings.socket_prefix)
         args = (
             resource,
             settings.plugin_dir / name,

@@ -31,9 +31,16 @@ class ServeError(AccelPluginsError):
     """The plugin's own socket could not be served."""
 
 
-def socket_name(prefix: str, resource: str) -> str:
-    """`nvidia.com/gpu` -> `<prefix>nvidia.com_gpu.sock`: one file per resource."""
-    return f"{prefix}{resource.replace('/', '_')}.sock"
+def socket_name(resource: str, prefix: str = "") -> str:
+    """`nvidia.com/gpu` -> `nvidia.com_gpu.sock`: one readable file per resource.
+
+    Unique because a resource name's domain is a DNS subdomain, which has no
+    `_`: the first `_` is always the `/`. It differs from the names other plugins
+    use in the same directory (NVIDIA's `nvidia-gpu.sock`, squat's
+    `generic-device-plugin-<base64>-<time>.sock`), so running beside one while
+    migrating never replaces its socket.
+    """
+    return f"{prefix}{resource.replace('/', '_', 1)}.sock"
 
 
 class SocketServer:

@@ -260,7 +260,7 @@ async def test_an_invalid_name_stops_the_manager_with_a_config_error(
     assert field in str(stopped.value)
     assert reason in str(stopped.value)
     assert kubelet.registrations == []
-    assert list(kubelet_dir.glob("accel-*")) == []
+    assert list(kubelet_dir.glob("*_*.sock")) == []
 
 
 async def test_an_invalid_id_in_a_later_snapshot_also_stops_it(
@@ -273,7 +273,7 @@ async def test_an_invalid_id_in_a_later_snapshot_also_stops_it(
     backend.set(tree({WIDGET: [Device("w0"), Device("w\t1")]}))
     with pytest.raises(InvalidSnapshotError, match="device 'w\\\\t1'"):
         await asyncio.wait_for(task, 10)
-    assert list(kubelet_dir.glob("accel-*")) == []
+    assert list(kubelet_dir.glob("*_*.sock")) == []
 
 
 async def test_snapshots_are_diffed_by_content(

@@ -27,7 +27,7 @@ async def test_registers_with_the_kubelet(kubelet: Kubelet, start_manager: Start
     (registration,) = kubelet.registrations
     assert registration.version == "v1beta1"
     assert registration.resource_name == WIDGET
-    assert registration.endpoint == "accel-example.com_widget.sock"
+    assert registration.endpoint == "example.com_widget.sock"
     assert (kubelet.plugin_dir / registration.endpoint).is_socket()
     # Both widgets on NUMA node 0 and no backend policy: nothing to prefer.
     assert not registration.options.get_preferred_allocation_available
@@ -61,7 +61,7 @@ async def test_resources_appear_and_vanish(kubelet: Kubelet, start_manager: Star
 
     backend.set(tree({WIDGET: widgets(1), GADGET: [Device("g0")]}))
     await kubelet.wait_for_resource(GADGET, allocatable=1)
-    gadget_socket = kubelet.plugin_dir / "accel-example.com_gadget.sock"
+    gadget_socket = kubelet.plugin_dir / "example.com_gadget.sock"
     assert gadget_socket.is_socket()
 
     backend.set(tree({WIDGET: widgets(1)}))
@@ -124,7 +124,7 @@ async def test_kubelet_absent_at_start_then_appears(
     kubelet_dir: Path, start_manager: StartManager
 ) -> None:
     running = await start_manager(ScriptedBackend(tree({WIDGET: widgets(1)})))
-    socket = kubelet_dir / "accel-example.com_widget.sock"
+    socket = kubelet_dir / "example.com_widget.sock"
     for _ in range(100):  # serving does not wait for the kubelet
         if socket.is_socket():
             break
@@ -204,5 +204,5 @@ async def test_stop_removes_sockets(kubelet: Kubelet, start_manager: StartManage
     await kubelet.wait_for_resource(WIDGET, allocatable=1)
     await kubelet.wait_for_resource(GADGET)
     await running.manager.stop()
-    assert sorted(p.name for p in kubelet.plugin_dir.glob("accel-*")) == []
+    assert sorted(p.name for p in kubelet.plugin_dir.glob("*_*.sock")) == []
     await kubelet.wait_for(lambda k: not any(v.connected for v in k.resources.values()))

@@ -24,7 +24,7 @@ from tests.framework_fixtures import LogWaiter, ScriptedBackend
 from tests.metrics_support import MetricsNode, series
 
 WIDGET = "example.com/widget"
-SOCKET_NAME = "accel-example.com_widget.sock"
+SOCKET_NAME = "example.com_widget.sock"
 RES = ("resource", WIDGET)
 
 

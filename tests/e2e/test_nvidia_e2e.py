@@ -35,7 +35,7 @@ async def test_a_dgx_registers_its_gpus_with_numa(
     assert sorted(view.devices) == sorted(uuids)
     assert [view.devices[u].numa_nodes for u in uuids] == [(0,)] * 4 + [(1,)] * 4
     (registration,) = kubelet.registrations
-    assert registration.endpoint == "accel-nvidia.com_gpu.sock"
+    assert registration.endpoint == "nvidia.com_gpu.sock"
 
 
 @pytest.mark.parametrize(

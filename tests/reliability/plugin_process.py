@@ -49,7 +49,7 @@ def ready(node: Node, registrations: int = 0, *, source: str = "") -> Callable[[
 
 
 def our_sockets(directory: Path) -> list[Path]:
-    return sorted(directory.glob("accel-*.sock"))
+    return sorted(directory.glob("*_*.sock"))
 
 
 @dataclass

@@ -33,7 +33,7 @@ def served(*resources: str) -> Callable[[Kubelet], bool]:
 async def test_an_occupied_socket_path_does_not_block_the_other_resources(
     kubelet: Kubelet, start_manager: StartManager, logs: LogWaiter
 ) -> None:
-    blocked = kubelet.plugin_dir / socket_name("accel-", RESOURCES[0])
+    blocked = kubelet.plugin_dir / socket_name(RESOURCES[0])
     blocked.mkdir()  # not ours to remove
     running = await start_manager(backend())
 
