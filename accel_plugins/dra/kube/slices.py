@@ -1,0 +1,182 @@
+"""A device tree as the ResourceSlices of one node's pool (pure: no API calls).
+
+Every healthy device of every resource becomes one ``resource.k8s.io/v1``
+Device named :func:`~accel_plugins.dra.model.dra_device_name` of its ID, with
+the backend's attributes (:class:`~accel_plugins.plugin.dra_attributes.DraDescriber`)
+plus two of the framework's: ``resource`` (the device-plugin resource name,
+which is what a DeviceClass per resource selects on) and ``numa`` when the
+device sits on exactly one NUMA node.
+
+Unhealthy devices are left out rather than tainted: device taints are a beta
+API behind the ``DRADeviceTaints`` gate in 1.34 (off by default, and a tainted
+device lowers the slice limit to 64), while a device missing from the pool is
+something every scheduler version understands. It comes back when healthy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
+from lightkube.models.resource_v1 import (
+    Device as KubeDevice,
+)
+from lightkube.models.resource_v1 import (
+    DeviceAttribute,
+    DeviceCapacity,
+    ResourcePool,
+    ResourceSliceSpec,
+)
+from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.utils.quantity import parse_quantity
+
+from accel_plugins.dra.model import dra_device_name
+from accel_plugins.plugin.device import Device, DeviceTree
+from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
+
+log = logging.getLogger(__name__)
+
+MAX_DEVICES_PER_SLICE = 128  # resource.k8s.io/v1 ResourceSliceSpec.devices
+MAX_ATTRIBUTES = 32  # attributes and capacities combined, per device
+MAX_STRING = 64  # a string or version attribute's length
+RESOURCE_ATTRIBUTE = "resource"
+NUMA_ATTRIBUTE = "numa"
+
+Describe = Callable[[str, Device], DraDeviceInfo]
+
+
+def _no_description(resource: str, device: Device) -> DraDeviceInfo:
+    return DraDeviceInfo()
+
+
+def _attribute(value: DraAttributeValue) -> DeviceAttribute:
+    # bool before int: bool is an int subclass.
+    if isinstance(value, bool):
+        return DeviceAttribute(bool=value)
+    if isinstance(value, int):
+        return DeviceAttribute(int=value)
+    if isinstance(value, DraVersion):
+        return DeviceAttribute(version=value.value)
+    return DeviceAttribute(string=value)
+
+
+def _fits(name: str, value: DraAttributeValue) -> bool:
+    text = value.value if isinstance(value, DraVersion) else value
+    return not isinstance(text, str) or len(text) <= MAX_STRING
+
+
+def kube_device(resource: str, device: Device, info: DraDeviceInfo) -> KubeDevice:
+    """One slice entry; attributes past the API's limits are dropped with a log line."""
+    values: dict[str, DraAttributeValue] = {RESOURCE_ATTRIBUTE: resource}
+    if len(device.numa_nodes) == 1:
+        values[NUMA_ATTRIBUTE] = device.numa_nodes[0]
+    values.update(info.attributes)
+    dropped = [name for name, value in values.items() if not _fits(name, value)]
+    for name in dropped:
+        del values[name]
+    room = MAX_ATTRIBUTES - len(info.capacity)
+    if len(values) > room:
+        dropped += list(values)[room:]
+        values = dict(list(values.items())[:room])
+    if dropped:
+        log.debug("device %s: attributes left out (API limits): %s", device.id, dropped)
+    return KubeDevice(
+        name=dra_device_name(device.id),
+        attributes={name: _attribute(value) for name, value in values.items()},
+        capacity={name: DeviceCapacity(value=str(q)) for name, q in info.capacity.items()} or None,
+    )
+
+
+def pool_devices(tree: DeviceTree, describe: Describe | None = None) -> list[KubeDevice]:
+    """The pool's devices, healthy only, in a stable order (resource, then device ID).
+
+    A second device with a name already taken (the same ID in two resources)
+    is left out: names are unique in a pool.
+    """
+    describe = describe or _no_description
+    out: list[KubeDevice] = []
+    seen: set[str] = set()
+    for resource in sorted(tree):
+        for device_id in sorted(tree[resource]):
+            device = tree[resource][device_id]
+            if not device.healthy:
+                continue
+            entry = kube_device(resource, device, describe(resource, device))
+            if entry.name in seen:
+                log.warning("%s: device %s is published under another resource", resource, entry.name)
+                continue
+            seen.add(entry.name)
+            out.append(entry)
+    return out
+
+
+@dataclass(frozen=True)
+class PoolIdentity:
+    """What every slice of the node's pool carries."""
+
+    driver: str
+    node: str
+    node_uid: str
+
+    def slice_name(self, index: int) -> str:
+        return f"{self.node}-{self.driver}-{index}"
+
+    def slice_index(self, name: str) -> int | None:
+        """n for a name :meth:`slice_name` made, None for any other."""
+        prefix = f"{self.node}-{self.driver}-"
+        tail = name[len(prefix) :] if name.startswith(prefix) else ""
+        return int(tail) if tail.isdigit() and str(int(tail)) == tail else None
+
+    def owner(self) -> OwnerReference:
+        # The Node owns its slices: deleting the Node lets the garbage collector remove them.
+        return OwnerReference(
+            apiVersion="v1", kind="Node", name=self.node, uid=self.node_uid, controller=True
+        )
+
+
+def chunks(devices: list[KubeDevice]) -> list[list[KubeDevice]]:
+    """At most MAX_DEVICES_PER_SLICE per slice; an empty pool is one empty slice."""
+    if not devices:
+        return [[]]
+    return [
+        devices[i : i + MAX_DEVICES_PER_SLICE]
+        for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)
+    ]
+
+
+def build_slices(
+    identity: PoolIdentity, devices: list[KubeDevice], generation: int
+) -> list[ResourceSlice]:
+    """The pool at ``generation``: ``<node>-<driver>-<n>`` for n = 0..count-1."""
+    parts = chunks(devices)
+    return [
+        ResourceSlice(
+            metadata=ObjectMeta(name=identity.slice_name(i), ownerReferences=[identity.owner()]),
+            spec=ResourceSliceSpec(
+                driver=identity.driver,
+                nodeName=identity.node,
+                pool=ResourcePool(
+                    name=identity.node, generation=generation, resourceSliceCount=len(parts)
+                ),
+                devices=part,
+            ),
+        )
+        for i, part in enumerate(parts)
+    ]
+
+
+def _normal(device: dict[str, Any]) -> dict[str, Any]:
+    # The API server rewrites quantities canonically ("85899345920" -> "80Gi").
+    capacity: dict[str, Decimal | None] = {
+        name: parse_quantity(entry.get("value")) for name, entry in (device.get("capacity") or {}).items()
+    }
+    return {**device, "capacity": capacity}
+
+
+def same_devices(first: Iterable[KubeDevice], second: Iterable[KubeDevice]) -> bool:
+    """Equal as the API server would store them (quantities compared by value)."""
+    return [_normal(d.to_dict()) for d in first] == [_normal(d.to_dict()) for d in second]

@@ -1,0 +1,79 @@
+"""How a backend describes a device to DRA: attributes and capacities for ResourceSlices.
+
+An optional capability, like the device-plugin hooks: a backend that implements
+:class:`DraDescriber` gets its devices published with these attributes; one
+that does not gets only the framework's own (NUMA node, health-free). The values
+are plain Python, so backends never import a Kubernetes client: the DRA side
+turns them into ``resource.k8s.io/v1`` ``DeviceAttribute`` and
+``DeviceCapacity`` objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Protocol, runtime_checkable
+
+from accel_plugins.plugin.device import Device
+
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class DraVersion:
+    """A ``version`` attribute (semver 2.0; CEL compares it with ``semver``)."""
+
+    value: str
+
+    def __post_init__(self) -> None:
+        if not _SEMVER.match(self.value):
+            raise ValueError(f"{self.value!r} is not a MAJOR.MINOR.PATCH semantic version")
+
+    @classmethod
+    def loose(cls, text: str) -> DraVersion:
+        """``550.54.15``, ``12.4`` or ``535.104.05`` as strict semver (missing parts 0,
+        leading zeros dropped: the API server rejects ``05``)."""
+        parts = [p for p in text.strip().split(".") if p != ""][:3]
+        if not parts or not all(p.isdigit() for p in parts):
+            raise ValueError(f"{text!r} is not a dotted version")
+        parts += ["0"] * (3 - len(parts))
+        return cls(".".join(str(int(p)) for p in parts))
+
+
+DraAttributeValue = bool | int | str | DraVersion
+"""A ``resource.k8s.io/v1`` DeviceAttribute: bool, int, string (≤ 64 chars) or version."""
+
+
+def _frozen(value: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True, slots=True)
+class DraDeviceInfo:
+    """One device's attributes and capacities (integer quantities, e.g. bytes).
+
+    Attribute names without a domain are in the driver's own domain (as
+    NVIDIA's ``productName``); ``resource.kubernetes.io/pcieRoot`` and
+    ``resource.kubernetes.io/pciBusID`` are the standard ones.
+    """
+
+    attributes: Mapping[str, DraAttributeValue] = field(default_factory=dict, hash=False)
+    capacity: Mapping[str, int] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attributes", _frozen(self.attributes))
+        object.__setattr__(self, "capacity", _frozen(self.capacity))
+
+
+@runtime_checkable
+class DraDescriber(Protocol):
+    """Backend capability: DRA attributes and capacities of a published device.
+
+    Called for every device of every tree published in DRA mode, on the event
+    loop: answer from ``device.facts`` and what the backend already read, never
+    from slow I/O.
+    """
+
+    def dra_device(self, resource: str, device: Device) -> DraDeviceInfo: ...

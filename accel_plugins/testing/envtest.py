@@ -1,0 +1,205 @@
+"""A real etcd and kube-apiserver on loopback, the way controller-runtime's envtest runs them.
+
+The binaries come from the directory ``$KUBEBUILDER_ASSETS`` names (``etcd``,
+``kube-apiserver``; ``kube-scheduler`` is used by callers only where present).
+The API server authenticates bearer tokens from a static file: an admin token
+(``system:masters``) and one token per name in :data:`NODES`, each a kubelet
+identity (``system:node:<name>`` in ``system:nodes``), so the Node authorizer
+and NodeRestriction treat it as that node. TLS is the server's self-signed
+certificate; clients skip verification (loopback only).
+
+Standard library only (the SA signing key comes from ``openssl``), so this
+module costs nothing to import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ASSETS_ENV = "KUBEBUILDER_ASSETS"
+NODES = ("node-a", "node-b", "node-c", "node-d")
+ADMIN_TOKEN = "admin-token"
+READY_TIMEOUT = 60.0
+
+
+class EnvtestUnavailable(Exception):  # noqa: N818 (a reason to skip, not a failure)
+    """The binaries (or openssl) are not there: tests that need the server skip."""
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """A running API server: its URL and bearer tokens."""
+
+    url: str
+    admin_token: str
+    node_tokens: Mapping[str, str] = field(hash=False)
+    workdir: Path
+
+    def kubeconfig(self, token: str | None = None) -> dict[str, Any]:
+        """A kubeconfig (as a dict) for ``token`` (default: the admin's)."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "envtest",
+                    "cluster": {"server": self.url, "insecure-skip-tls-verify": True},
+                }
+            ],
+            "users": [{"name": "user", "user": {"token": token or self.admin_token}}],
+            "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "user"}}],
+            "current-context": "envtest",
+        }
+
+    def node_kubeconfig(self, node: str) -> dict[str, Any]:
+        """A kubeconfig acting as the kubelet of ``node`` (one of :data:`NODES`)."""
+        return self.kubeconfig(self.node_tokens[node])
+
+
+def assets() -> Path:
+    """The binaries' directory; EnvtestUnavailable saying why when it is not usable."""
+    where = os.environ.get(ASSETS_ENV)
+    if not where:
+        raise EnvtestUnavailable(
+            f"{ASSETS_ENV} is unset (export {ASSETS_ENV}=$(../shared/k8s/unpack /tmp/k8s-assets))"
+        )
+    path = Path(where)
+    for binary in ("etcd", "kube-apiserver"):
+        if not os.access(path / binary, os.X_OK):
+            raise EnvtestUnavailable(f"{ASSETS_ENV}={where} has no executable {binary}")
+    if shutil.which("openssl") is None:
+        raise EnvtestUnavailable("openssl is not installed (it makes the service-account key)")
+    return path
+
+
+def _free_ports(count: int) -> list[int]:
+    # Bound together so they differ; released just before the servers bind them.
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _wait_ready(url: str, token: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"{url}/readyz", headers={"Authorization": f"Bearer {token}"})
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"kube-apiserver exited {process.returncode}:\n{_tail(log)}")
+        with contextlib.suppress(urllib.error.URLError, OSError):
+            with urllib.request.urlopen(request, timeout=2, context=context) as answer:
+                if answer.status == 200:
+                    return
+        time.sleep(0.1)  # no event to wait on: the server only answers when ready
+    raise RuntimeError(f"kube-apiserver not ready after {READY_TIMEOUT:.0f} s:\n{_tail(log)}")
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def api_server() -> Iterator[ApiServer]:
+    """Start etcd and kube-apiserver in a temp dir; stop both (by PID) and remove it."""
+    binaries = assets()
+    workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
+    etcd_port, peer_port, metrics_port, api_port = _free_ports(4)
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        etcd_log = (workdir / "etcd.log").open("wb")
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        processes.append(
+            subprocess.Popen(
+                [
+                    str(binaries / "etcd"),
+                    f"--data-dir={workdir / 'etcd'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=default={peer_url}",
+                    f"--listen-metrics-urls=http://127.0.0.1:{metrics_port}",
+                ],
+                stdout=etcd_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        key, pub = workdir / "sa.key", workdir / "sa.pub"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
+            check=True,
+            capture_output=True,
+        )
+        node_tokens = {node: f"{node}-token" for node in NODES}
+        (workdir / "tokens.csv").write_text(
+            f"{ADMIN_TOKEN},admin,admin-uid,system:masters\n"
+            + "".join(
+                f"{token},system:node:{node},{node}-uid,system:nodes\n"
+                for node, token in node_tokens.items()
+            )
+        )
+        api_log_path = workdir / "kube-apiserver.log"
+        api_log = api_log_path.open("wb")
+        api = subprocess.Popen(
+            [
+                str(binaries / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={workdir / 'pki'}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pub}",
+                f"--service-account-signing-key-file={key}",
+                f"--token-auth-file={workdir / 'tokens.csv'}",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--endpoint-reconciler-type=none",
+            ],
+            stdout=api_log,
+            stderr=subprocess.STDOUT,
+        )
+        processes.append(api)
+        url = f"https://127.0.0.1:{api_port}"
+        _wait_ready(url, ADMIN_TOKEN, api, api_log_path)
+        yield ApiServer(url, ADMIN_TOKEN, node_tokens, workdir)
+    finally:
+        for process in reversed(processes):
+            _stop(process)
+        shutil.rmtree(workdir, ignore_errors=True)
