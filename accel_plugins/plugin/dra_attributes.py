@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
@@ -77,3 +78,38 @@ class DraDescriber(Protocol):
     """
 
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo: ...
+
+
+# The attributes Kubernetes itself defines (k8s.io/dynamic-resource-allocation/deviceattribute):
+# a DeviceClass or a claim's matchAttribute can align devices of different drivers on them.
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
+
+
+def pcie_root(sys_device: Path, sys_root: Path = Path("/sys")) -> str | None:
+    """The PCIe root complex (``pci0000:3a``) of a sysfs device, None when not on PCI.
+
+    ``sys_device`` is any sysfs path of the device (``/sys/bus/pci/devices/<bdf>``,
+    ``/sys/dev/char/<major>:<minor>``); its resolved path under
+    ``<sys_root>/devices`` starts with the root complex when it sits on PCI.
+    """
+    try:
+        resolved = sys_device.resolve(strict=True)
+        inside = resolved.relative_to((sys_root / "devices").resolve())
+    except (OSError, ValueError):
+        return None
+    first = inside.parts[0] if inside.parts else ""
+    return first if first.startswith("pci") else None
+
+
+def pci_attributes(bus_id: str, sys_root: Path = Path("/sys")) -> dict[str, DraAttributeValue]:
+    """The standard PCI attributes of a PCI function (``0000:3b:00.0``), as far as known."""
+    bdf = bus_id.strip().lower()
+    if not _BDF.match(bdf):
+        return {}
+    out: dict[str, DraAttributeValue] = {PCI_BUS_ID: bdf}
+    root = pcie_root(sys_root / "bus" / "pci" / "devices" / bdf, sys_root)
+    if root is not None:
+        out[PCIE_ROOT] = root
+    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
-NODES = ("node-a", "node-b", "node-c", "node-d")
+NODES = tuple(f"node-{i}" for i in range(16))
 ADMIN_TOKEN = "admin-token"
 READY_TIMEOUT = 60.0
 
@@ -106,10 +106,12 @@ def _wait_ready(url: str, token: str, process: subprocess.Popen[bytes], log: Pat
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"kube-apiserver exited {process.returncode}:\n{_tail(log)}")
-        with contextlib.suppress(urllib.error.URLError, OSError):
-            with urllib.request.urlopen(request, timeout=2, context=context) as answer:
-                if answer.status == 200:
-                    return
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError),
+            urllib.request.urlopen(request, timeout=2, context=context) as answer,
+        ):
+            if answer.status == 200:
+                return
         time.sleep(0.1)  # no event to wait on: the server only answers when ready
     raise RuntimeError(f"kube-apiserver not ready after {READY_TIMEOUT:.0f} s:\n{_tail(log)}")
 
@@ -159,7 +161,9 @@ def api_server() -> Iterator[ApiServer]:
             )
         )
         key, pub = workdir / "sa.key", workdir / "sa.pub"
-        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+        )
         subprocess.run(
             ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
             check=True,

@@ -39,8 +39,8 @@ from accel_plugins.testing.host import FakeHost
 
 if TYPE_CHECKING:
     from accel_plugins.kubelet import Kubelet
-    from accel_plugins.testing.envtest import ApiServer
     from accel_plugins.plugin.backend import Backend
+    from accel_plugins.testing.envtest import ApiServer
     from accel_plugins.testing.serve import ServeBackend, ServedBackend
 
 __all__ = [

@@ -20,6 +20,8 @@ from pathlib import Path
 from accel_plugins.backends.generic.config import GenericConfig
 from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
+from accel_plugins.backends.generic.dra_attributes import UDEV_DATA
+from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
@@ -33,6 +35,7 @@ from accel_plugins.plugin.allocation import (
 from accel_plugins.plugin.backend import Publish
 from accel_plugins.plugin.cdi import CdiSpecWriter, qualified_name, spec_of_devices
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
+from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class GenericBackend:
         self._cdi = CdiSpecWriter(directory) if directory is not None else None
         self._feed: ChangeFeed | None = None
         self.scans = 0
+        self.udev_data = UDEV_DATA  # where dra_device reads udev properties
 
     def resource(self, name: str) -> str:
         return resource_name(self.settings.domain, name)
@@ -125,6 +129,10 @@ class GenericBackend:
                 ]
             found[kind] = {d.id: d for d in devices}
         return found
+
+    def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
+        """DraDescriber: path, udev properties, vendor/product IDs (dra_attributes.py)."""
+        return describe_dra(device, self._host, self.udev_data)
 
     def scan(self) -> dict[str, dict[str, Device]]:
         """One full scan, vanished devices included: the tree to publish."""

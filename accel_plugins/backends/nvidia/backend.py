@@ -14,11 +14,14 @@ from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
 from accel_plugins.backends.nvidia.config import NvidiaSettings
 from accel_plugins.backends.nvidia.container_contract import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.discovery import Node, discover
+from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, XidPolicy
+from accel_plugins.backends.nvidia.label_facts import LabelNvml, read_label_facts
 from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
 from accel_plugins.backends.nvidia.mps_root import MpsRoot, with_mps
+from accel_plugins.backends.nvidia.node_labels import LabelFacts
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
@@ -29,6 +32,7 @@ from accel_plugins.errors import AllocationError, BackendError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
+from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ class NvidiaBackend:
         self._mps_resources: frozenset[str] = frozenset()
         self._mps: MpsReadiness | None = None
         self.telemetry = GpuTelemetry(nvml)
+        self._label_facts: LabelFacts | None = None
+        self.sys_root = Path("/sys")
 
     @property
     def monitor(self) -> HealthMonitor | None:
@@ -151,6 +157,7 @@ class NvidiaBackend:
             initialised = True
             node = await asyncio.to_thread(discover, self.nvml)
             self._resources = self.build(node)
+            self._label_facts = await asyncio.to_thread(self._read_label_facts, node)
             if self.cdi is not None:
                 await asyncio.to_thread(self._write_cdi, node)
             if self._mps_resources:
@@ -182,6 +189,20 @@ class NvidiaBackend:
                     await asyncio.shield(asyncio.to_thread(self.nvml.shutdown))
             except NvmlError as exc:
                 log.warning("NVML shutdown failed: %s", exc)
+
+    def _read_label_facts(self, node: Node) -> LabelFacts | None:
+        """Driver/CUDA versions and compute capabilities, for DRA attributes (best effort)."""
+        if not isinstance(self.nvml, LabelNvml):
+            return None
+        try:
+            return read_label_facts(self.nvml, node)
+        except NvmlError as exc:
+            log.info("no driver versions for DRA attributes: %s", exc)
+            return None
+
+    def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
+        """DraDescriber: NVIDIA's DRA attribute names (dra_attributes.py)."""
+        return describe_dra(device, self._label_facts, self.sys_root)
 
     def _write_cdi(self, node: Node) -> None:
         """Specs before the devices are published: the kubelet may hand out a CDI name at once."""

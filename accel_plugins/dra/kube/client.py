@@ -25,7 +25,9 @@ def load_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
         return KubeConfig.from_service_account()
     except (ConfigError, OSError) as exc:
         source = f"--kubeconfig {path}" if path else "in-cluster service account"
-        raise AccelConfigError(source, "", f"cannot load a Kubernetes client config: {exc}") from exc
+        raise AccelConfigError(
+            source, "", f"cannot load a Kubernetes client config: {exc}"
+        ) from exc
 
 
 def make_client(config: KubeConfig | None = None, *, timeout: float = 10.0) -> AsyncClient:

@@ -154,14 +154,16 @@ class KubeSlicePublisher:
         slices named otherwise) is rewritten at the next generation.
         """
         node = await self._client.get(Node, self._node)
-        assert node.metadata is not None and node.metadata.uid is not None
+        assert node.metadata is not None
+        assert node.metadata.uid is not None
         identity = PoolIdentity(self._driver, self._node, node.metadata.uid)
         existing: dict[str, ResourceSlice] = {}
         async for item in self._client.list(
             ResourceSlice,
             fields={"spec.nodeName": self._node, "spec.driver": self._driver},
         ):
-            assert item.metadata is not None and item.metadata.name is not None
+            assert item.metadata is not None
+            assert item.metadata.name is not None
             existing[item.metadata.name] = item
             self._versions[item.metadata.name] = item.metadata.resourceVersion
         indexes = {name: identity.slice_index(name) for name in existing}
@@ -171,7 +173,9 @@ class KubeSlicePublisher:
         self._generation = max((s.spec.pool.generation for s in existing.values()), default=0)
         self._slice_count = max((i + 1 for i in indexes.values() if i is not None), default=0)
         names = [identity.slice_name(i) for i in range(self._slice_count)]
-        if all(n in existing for n in names) and _complete(list(existing.values()), self._generation):
+        if all(n in existing for n in names) and _complete(
+            list(existing.values()), self._generation
+        ):
             self._published = [d for n in names for d in existing[n].spec.devices or []]
         else:
             self._published = None
@@ -179,7 +183,8 @@ class KubeSlicePublisher:
 
     async def _write(self, desired: ResourceSlice) -> None:
         """Create or replace one slice, with the resourceVersion last seen (GET on a conflict)."""
-        assert desired.metadata is not None and desired.metadata.name is not None
+        assert desired.metadata is not None
+        assert desired.metadata.name is not None
         name = desired.metadata.name
         for _ in range(2):
             version = self._versions.get(name)

@@ -107,7 +107,9 @@ def pool_devices(tree: DeviceTree, describe: Describe | None = None) -> list[Kub
                 continue
             entry = kube_device(resource, device, describe(resource, device))
             if entry.name in seen:
-                log.warning("%s: device %s is published under another resource", resource, entry.name)
+                log.warning(
+                    "%s: device %s is published under another resource", resource, entry.name
+                )
                 continue
             seen.add(entry.name)
             out.append(entry)
@@ -172,7 +174,8 @@ def build_slices(
 def _normal(device: dict[str, Any]) -> dict[str, Any]:
     # The API server rewrites quantities canonically ("85899345920" -> "80Gi").
     capacity: dict[str, Decimal | None] = {
-        name: parse_quantity(entry.get("value")) for name, entry in (device.get("capacity") or {}).items()
+        name: parse_quantity(entry.get("value"))
+        for name, entry in (device.get("capacity") or {}).items()
     }
     return {**device, "capacity": capacity}
 
