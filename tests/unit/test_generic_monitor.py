@@ -4,27 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
+from accel_plugins.backends.generic.eventsource import UdevSource
+from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 
-from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup, resolve_source
-
-SOURCES = [
-    pytest.param(UdevSource.AUTO, True, UdevSource.UDEV, id="auto-with-udevd"),
-    pytest.param(UdevSource.AUTO, False, UdevSource.KERNEL, id="auto-without-udevd"),
-    pytest.param(UdevSource.UDEV, False, UdevSource.UDEV, id="udev-as-asked"),
-    pytest.param(UdevSource.KERNEL, True, UdevSource.KERNEL, id="kernel-as-asked"),
-    pytest.param(UdevSource.OFF, True, UdevSource.OFF, id="off"),
-]
-
-
-@pytest.mark.parametrize(("asked", "udevd", "expected"), SOURCES)
-def test_uevent_source(
-    tmp_path: Path, asked: UdevSource, udevd: bool, expected: UdevSource
-) -> None:
-    control = tmp_path / "control"
-    if udevd:
-        control.touch()
-    assert resolve_source(asked, control) is expected
+# Which source a feed opens: tests/unit/test_generic_eventsource.py.
 
 
 async def test_a_new_entry_in_a_watched_directory_wakes_the_waiter(tmp_path: Path) -> None:

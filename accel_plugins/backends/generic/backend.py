@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel_plugins.backends.generic.config import GenericConfig
@@ -22,9 +22,10 @@ from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
 from accel_plugins.backends.generic.dra_attributes import UDEV_DATA
 from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
+from accel_plugins.backends.generic.eventsource import EventPaths, UdevSource
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
 from accel_plugins.backends.generic.hostfs import HostPaths
-from accel_plugins.backends.generic.monitor import ChangeFeed, UdevSource, Wakeup
+from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
 from accel_plugins.plugin.allocation import (
@@ -50,8 +51,9 @@ class GenericSettings:
     dev_root / sys_root: where this process sees the host's /dev and /sys.
     cdi_spec_dir: write CDI specs there and name CDI devices in responses;
         None (the default) disables CDI.
-    udev_source: which uevents to listen to (auto: udev if udevd runs, else
-        the kernel's).
+    udev_source: which uevents to listen to (auto: udevd's when it listens in
+        this network namespace, else the kernel's; see eventsource.py).
+    event_paths: where that choice reads its facts, and udevd's database.
     rescan_interval: seconds between anchor rescans when nothing happens.
     vanished_grace: how long a vanished device stays listed Unhealthy when no
         allocation feed says whether it is held (see health.py).
@@ -62,6 +64,7 @@ class GenericSettings:
     sys_root: Path = Path("/sys")
     cdi_spec_dir: Path | None = None
     udev_source: UdevSource = UdevSource.AUTO
+    event_paths: EventPaths = field(default_factory=EventPaths)
     rescan_interval: float = DEFAULT_RESCAN_INTERVAL
     vanished_grace: float = DEFAULT_VANISHED_GRACE
 
@@ -207,6 +210,24 @@ class GenericBackend:
             return None
         return self.settings.rescan_interval
 
+    def _udev_database(self, feed: ChangeFeed) -> set[Path]:
+        """udevd's database directory, when a kernel uevent comes before what we match.
+
+        The kernel's uevent reaches us while udevd is still running its rules;
+        ID_* properties (rules, hwdb) exist only once udevd has written the
+        device's file in /run/udev/data (a rename into the directory), so that
+        write is watched too and wakes the scan that sees them. Only matchers
+        with properties need it: subsystems, names and attributes are in sysfs
+        at the kernel's event, and udevd's own events come after its write.
+        """
+        database = self.settings.event_paths.udev_data
+        wanted = any(
+            m.properties for spec in self.config.devices for g in spec.groups for m in g.udev
+        )
+        if feed.source is UdevSource.KERNEL and wanted and database.is_dir():
+            return {database}
+        return set()
+
     def rescan(self) -> None:
         """Scan again now (when running), as if a device event had arrived."""
         if self._feed is not None:
@@ -216,7 +237,12 @@ class GenericBackend:
         feed = self._feed = ChangeFeed()
         try:
             if self._discovery.uses_udev:
-                feed.start_udev(self.settings.udev_source, self._uevent_subsystems())
+                feed.start_udev(
+                    self.settings.udev_source,
+                    self._uevent_subsystems(),
+                    self.settings.event_paths,
+                )
+            also_watch = self._udev_database(feed)
             last: DeviceTree | None = None
             reason = Wakeup.REQUEST
             while True:
@@ -229,7 +255,7 @@ class GenericBackend:
                     _log_changes(last or {}, tree, reason)
                     publish(tree)
                     last = tree
-                if feed.watch(self._discovery.watch_dirs()):
+                if feed.watch(self._discovery.watch_dirs() | also_watch):
                     # A directory appeared between scan and watch: look again now.
                     feed.signal(Wakeup.INOTIFY)
                 reason = await feed.wait(self._rescan_timer(feed))

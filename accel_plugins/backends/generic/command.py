@@ -51,8 +51,9 @@ OPTIONS = (
     ),
     Option(
         "--udev-source",
-        "uevents to follow: udev (needs udevd), kernel (containers without udevd), "
-        "auto (udev when /run/udev/control exists), off",
+        "uevents to follow: udev (udevd's, heard only in udevd's network namespace), "
+        "kernel (the kernel's, heard in a pod's own network namespace too), "
+        "auto (udev when udevd listens in this network namespace, else kernel), off",
         default="auto",
         choices=UDEV_SOURCES,
     ),

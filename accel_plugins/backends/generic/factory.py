@@ -12,7 +12,7 @@ from typing import Any
 
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import GenericConfig, load_config
-from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.backends.generic.eventsource import UdevSource
 from accel_plugins.backends.generic.names import domain_problem
 from accel_plugins.errors import ConfigError
 from accel_plugins.flags import env_name

@@ -2,9 +2,9 @@
 
 Three sources feed one flag the backend waits on:
 
-- a udev netlink monitor (pyudev) read on the event loop. With no udevd
-  (no /run/udev/control, as in most containers) udev never broadcasts, so
-  the monitor listens to the kernel's own uevents instead;
+- a netlink monitor (pyudev) read on the event loop, of udevd's events or
+  the kernel's: eventsource.py chooses the one that reaches this network
+  namespace (a pod without hostNetwork hears only the kernel's);
 - inotify on the directories the globs look at (node created, removed or
   renamed), which also covers hosts where no uevent reaches us;
 - the caller's anchor timeout (a full rescan every few seconds), the safety
@@ -22,18 +22,21 @@ from typing import Any
 
 import pyudev
 
+from accel_plugins.backends.generic.eventsource import (
+    EventPaths,
+    SourceChoice,
+    UdevSource,
+    choose_source,
+)
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+
+__all__ = ["ChangeFeed", "UdevSource", "Wakeup", "announce", "resolve_source"]
 
 log = logging.getLogger(__name__)
 
-UDEV_CONTROL = Path("/run/udev/control")
-
-
-class UdevSource(enum.StrEnum):
-    AUTO = "auto"  # udev when udevd runs, else kernel
-    UDEV = "udev"
-    KERNEL = "kernel"
-    OFF = "off"
+UDEV_CONTROL = EventPaths().udev_control
+# Choices already logged: a config reload builds a new feed, the reason stays the same.
+_announced: set[SourceChoice] = set()
 
 
 class Wakeup(enum.StrEnum):
@@ -43,10 +46,17 @@ class Wakeup(enum.StrEnum):
     REQUEST = "request"
 
 
-def resolve_source(source: UdevSource, control: Path = UDEV_CONTROL) -> UdevSource:
-    if source is not UdevSource.AUTO:
-        return source
-    return UdevSource.UDEV if control.exists() else UdevSource.KERNEL
+def resolve_source(source: UdevSource, paths: EventPaths | None = None) -> UdevSource:
+    return choose_source(source, paths).source
+
+
+def announce(choice: SourceChoice) -> None:
+    """Log the source and why, once per process (at start, not on every reload)."""
+    if choice in _announced:
+        return
+    _announced.add(choice)
+    level = logging.WARNING if choice.doubtful else logging.INFO
+    log.log(level, "uevent source: %s (%s)", choice.source.value, choice.reason)
 
 
 class ChangeFeed:
@@ -65,9 +75,16 @@ class ChangeFeed:
 
     # -- udev -------------------------------------------------------------------
 
-    def start_udev(self, source: UdevSource, subsystems: Collection[str] | None = None) -> None:
+    def start_udev(
+        self,
+        asked: UdevSource,
+        subsystems: Collection[str] | None = None,
+        paths: EventPaths | None = None,
+    ) -> None:
         """Listen to uevents; ``subsystems`` None means all of them."""
-        source = resolve_source(source)
+        choice = choose_source(asked, paths)
+        announce(choice)
+        source = choice.source
         if source is UdevSource.OFF:
             return
         try:
@@ -85,13 +102,20 @@ class ChangeFeed:
         log.debug("listening to %s uevents", source.value)
 
     def _on_uevent(self) -> None:
-        # Drain everything queued; one rescan covers the whole burst.
+        # Drain everything queued; one rescan covers the whole burst. The kernel's
+        # events are not filtered in the kernel as udevd's are (libudev's socket
+        # filter passes messages without its header): libudev drops those of other
+        # subsystems here, returning None, and only a kept one wakes the scan.
+        # A None also ends the drain; the reader fires again while more are queued.
+        kept = False
         try:
             while self._monitor.poll(timeout=0) is not None:
-                pass
+                kept = True
         except (OSError, pyudev.DeviceNotFoundError) as exc:
             log.debug("reading a uevent failed: %s", exc)
-        self.signal(Wakeup.UDEV)
+            kept = True
+        if kept:
+            self.signal(Wakeup.UDEV)
 
     # -- inotify ----------------------------------------------------------------
 
