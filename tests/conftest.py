@@ -3,6 +3,7 @@
 Add a line per fixture module; do not remove other areas' lines.
 """
 
+from tests.dra_plugin_fixtures import dra_root, start_driver
 from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
 from tests.generic_fixtures import fake_host, run_backend, umockdev_harness, write_config
 from tests.kubelet_fixtures import kubelet, kubelet_dir, kubelet_events, make_plugin
@@ -15,6 +16,7 @@ from tests.plugin_watcher_fixtures import (
 )
 
 __all__ = [
+    "dra_root",
     "fake_host",
     "fake_nvml",
     "fake_nvml_library",
@@ -29,6 +31,7 @@ __all__ = [
     "run_backend",
     "run_nvidia",
     "serve_plugin",
+    "start_driver",
     "start_manager",
     "umockdev_harness",
     "watcher_events",

@@ -1,0 +1,419 @@
+"""A backend served as a DRA driver: the kubelet side of ``--kubelet-api dra``.
+
+The same backend as in device-plugin mode, the same trees, a different way
+out: instead of one device plugin server per resource, one socket
+(``<kubelet-plugins-dir>/<driver>/dra.sock``) serving DRAPlugin v1 and v1beta1
+and DRAResourceHealth, registered through the kubelet's plugin watcher.
+Every tree updates the devices claims are prepared from, the health stream,
+and (through the API side's SlicePublisher) the node's ResourceSlices.
+
+What a backend run does here mirrors the device-plugin manager: a crash or
+return rebuilds it with backoff (its devices reported unhealthy meanwhile),
+SIGHUP builds a new one and swaps it in only when that succeeds, and an
+invalid device ID in a tree stops the driver (exit 2). Sockets removed behind
+our back are served again at once (inotify), as a kubelet restart expects.
+Prepared claims, their CDI specs and the slices stay in place on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from accel_plugins.dra.checkpoint import Checkpoint
+from accel_plugins.dra.health import HealthFeed
+from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names
+from accel_plugins.dra.prepare import Inventory, Preparer
+from accel_plugins.dra.registration import DraRegistrationServicer, registration_socket_name
+from accel_plugins.dra.service import DraServer
+from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
+from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
+from accel_plugins.plugin.backend import Allocator, Backend
+from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
+from accel_plugins.plugin.device import DeviceTree, Health
+from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, RegistrationServer
+from accel_plugins.plugin.registration import Backoff
+from accel_plugins.plugin.server import ServeError
+from accel_plugins.plugin.snapshot import check_snapshot
+from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+SOCKET_NAME = "dra.sock"
+CHECKPOINT_NAME = "checkpoint.json"
+DIR_MODE = 0o750
+
+BackendFactory = Callable[[], Backend]
+
+
+def driver_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a DRA driver (a DNS subdomain, as ResourceSlice.spec.driver)."""
+    if not name:
+        return "must not be empty"
+    if len(name) > DNS1123_SUBDOMAIN_MAX:
+        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+    if not DNS1123_SUBDOMAIN_RE.fullmatch(name):
+        return (
+            "must be a DNS subdomain: lowercase alphanumerics, '-' and '.', starting and "
+            "ending with an alphanumeric"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class DraSettings:
+    """Where the driver meets the kubelet. Paths are parameters so tests use temp dirs."""
+
+    driver_name: str
+    node_name: str
+    kubelet_plugins_dir: Path = DEFAULT_KUBELET_PLUGINS_DIR
+    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
+    cdi_spec_dir: Path = DEFAULT_SPEC_DIR
+    hook_timeout: float = 10.0
+    health_refresh: float = 10.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 5.0
+    backend_restart_delay: float = 1.0
+    backend_restart_max: float = 30.0
+    backend_stable_after: float = 60.0
+    check_interval: float = 5.0  # socket checks where inotify is missing
+
+    def __post_init__(self) -> None:
+        problem = driver_name_problem(self.driver_name)
+        if problem is not None:
+            raise ConfigError("--dra-driver-name", "", f"{self.driver_name!r}: {problem}")
+        if not self.node_name:
+            raise ConfigError("--node-name", "", "required with --kubelet-api dra (env NODE_NAME)")
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.kubelet_plugins_dir / self.driver_name
+
+    @property
+    def socket_path(self) -> Path:
+        return self.plugin_dir / SOCKET_NAME
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.plugin_dir / CHECKPOINT_NAME
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.plugins_registry_dir / registration_socket_name(self.driver_name)
+
+
+class DraDriver:
+    """Runs a backend and serves it to the kubelet as the DRA driver ``settings.driver_name``."""
+
+    def __init__(
+        self,
+        factory: BackendFactory,
+        settings: DraSettings,
+        claims: ClaimSource,
+        slices: SlicePublisher | None = None,
+    ) -> None:
+        self._factory = factory
+        self.settings = settings
+        self._slices = slices
+        self._inventory = Inventory(hook_timeout=settings.hook_timeout)
+        self._namer: DraNamer | None = None
+        self._tree: DeviceTree = {}
+        self._backend: Backend | None = None
+        self._backend_task: asyncio.Task[None] | None = None
+        self._fatal: InvalidSnapshotError | None = None
+        self._stop = asyncio.Event()
+        self._check = asyncio.Event()
+        self._slices_due = asyncio.Event()
+        self.feed = HealthFeed(settings.node_name, refresh=settings.health_refresh)
+        self.preparer = Preparer(
+            driver=settings.driver_name,
+            pool=settings.node_name,
+            claims=claims,
+            cdi_dir=settings.cdi_spec_dir,
+            checkpoint=Checkpoint(settings.checkpoint_path, settings.driver_name),
+            inventory=lambda: self._inventory,
+        )
+        self._server: DraServer | None = None
+        self._registration: RegistrationServer | None = None
+        self._token: object | None = None
+        self.registered = False
+        self._reg_backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self._reoffer: asyncio.TimerHandle | None = None
+        self.ready = asyncio.Event()  # set once the socket and registration are served
+
+    @property
+    def tree(self) -> DeviceTree:
+        return self._tree
+
+    @property
+    def inventory(self) -> Inventory:
+        return self._inventory
+
+    # -- public ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until stop(); InvalidSnapshotError when the backend publishes a bad tree."""
+        settings = self.settings
+        for directory in (settings.plugin_dir, settings.plugins_registry_dir):
+            directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
+        watcher = self._watch()
+        tasks = [asyncio.create_task(self._run_backends(None), name="backend")]
+        self._backend_task = tasks[0]
+        if self._slices is not None:
+            tasks.append(asyncio.create_task(self._publish_slices(), name="slices"))
+        if watcher is None:
+            tasks.append(asyncio.create_task(self._periodic_check(), name="socket check"))
+        try:
+            await self._serve_sockets()
+            self.ready.set()
+            while not self._stop.is_set():
+                stop = asyncio.ensure_future(self._stop.wait())
+                check = asyncio.ensure_future(self._check.wait())
+                await asyncio.wait({stop, check}, return_when=asyncio.FIRST_COMPLETED)
+                stop.cancel()
+                check.cancel()
+                if self._check.is_set() and not self._stop.is_set():
+                    self._check.clear()
+                    await self._serve_sockets()
+        finally:
+            if watcher is not None:
+                watcher.close()
+            if self._reoffer is not None:
+                self._reoffer.cancel()
+            for task in [*tasks, self._backend_task]:
+                if task is not None:
+                    task.cancel()
+            for task in [*tasks, self._backend_task]:
+                if task is not None:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await self._stop_registration()
+            if self._server is not None:
+                await self._server.stop()
+                self._server = None
+            if self._slices is not None:
+                await self._slices.close()
+        if self._fatal is not None:
+            raise self._fatal
+
+    def stop(self) -> None:
+        """Ask run() to return (it removes our sockets; claims and specs stay)."""
+        self._stop.set()
+
+    def reload(self) -> None:
+        """Build the backend again from its configuration (SIGHUP); a failure keeps the old."""
+        try:
+            backend = self._factory()
+        except Exception as exc:
+            log.error(
+                "reload failed, keeping the running configuration: %s",
+                exc,
+                exc_info=not isinstance(exc, AccelPluginsError),
+            )
+            return
+        log.info("configuration reloaded")
+        if self._backend_task is not None:
+            self._backend_task.cancel()
+        self._backend_task = asyncio.create_task(self._run_backends(backend), name="backend")
+
+    def problems(self) -> list[str]:
+        """What keeps the driver from working now (for /healthz and logs)."""
+        found = []
+        if self._server is None or not self._server.socket_alive():
+            found.append(f"{self.settings.socket_path} is not served")
+        if self._registration is None or not self._registration.socket_alive():
+            found.append(f"{self.settings.registration_socket} is not served")
+        elif not self.registered:
+            found.append("not registered by the kubelet's plugin watcher yet")
+        return found
+
+    # -- the backend ---------------------------------------------------------------
+
+    async def _run_backends(self, first: Backend | None) -> None:
+        """Run the backend, rebuilding it with backoff whenever it crashes or returns."""
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(settings.backend_restart_delay, settings.backend_restart_max)
+        backend = first
+        while True:
+            started = loop.time()
+            if backend is None:
+                try:
+                    backend = self._factory()
+                except Exception as exc:
+                    log.error(
+                        "cannot build the backend: %s",
+                        exc,
+                        exc_info=not isinstance(exc, AccelPluginsError),
+                    )
+            if backend is not None:
+                self._use(backend)
+                try:
+                    await backend.run(functools.partial(self._publish, backend))
+                    log.error("backend stopped unexpectedly; restarting it")
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.error("backend crashed: %r; devices unhealthy until it is back", exc)
+            backend = None
+            self._backend = None
+            # Nobody watches the hardware now: say so rather than keep promising health.
+            self._on_tree(
+                {
+                    r: {i: d.with_health(Health.UNHEALTHY) for i, d in ds.items()}
+                    for r, ds in self._tree.items()
+                }
+            )
+            if loop.time() - started >= settings.backend_stable_after:
+                backoff.reset()
+            delay = backoff.next_delay()
+            log.info("rebuilding the backend in %.1fs", delay)
+            await asyncio.sleep(delay)
+
+    def _use(self, backend: Backend) -> None:
+        self._backend = backend
+        self._namer = backend if isinstance(backend, DraNamer) else None
+        allocator = backend if isinstance(backend, Allocator) else None
+        self._inventory = Inventory(self._inventory.devices, allocator, self.settings.hook_timeout)
+
+    def _publish(self, backend: Backend, tree: DeviceTree) -> None:
+        if backend is not self._backend or self._fatal is not None:
+            return  # a replaced backend's late tree
+        try:
+            check_snapshot(tree, self._tree)
+        except InvalidSnapshotError as exc:
+            self._fatal = exc
+            self._stop.set()
+            return
+        self._on_tree(tree)
+
+    def _on_tree(self, tree: DeviceTree) -> None:
+        self._tree = tree
+        named = device_names(tree, self._namer)
+        self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)
+        self.feed.update(named)
+        self._slices_due.set()
+
+    async def _publish_slices(self) -> None:
+        """Hand the latest tree to the API side; trees that arrive meanwhile coalesce."""
+        assert self._slices is not None
+        while True:
+            await self._slices_due.wait()
+            self._slices_due.clear()
+            try:
+                await self._slices.publish(self._tree)
+            except Exception:
+                # Its own retries failed loudly; the kubelet side serves on regardless.
+                log.exception("publishing ResourceSlices failed")
+
+    # -- sockets ------------------------------------------------------------------
+
+    async def _serve_sockets(self) -> None:
+        """Serve dra.sock and the registration socket where either is missing."""
+        settings = self.settings
+        if self._server is None or not self._server.socket_alive():
+            if self._server is not None:
+                await self._server.stop()
+            self._server = DraServer(self.preparer, self.feed, settings.socket_path)
+            try:
+                await self._server.start()
+            except ServeError as exc:
+                self._server = None
+                log.error("%s; trying again in %gs", exc, settings.check_interval)
+                self._check_later(settings.check_interval)
+                return
+            log.info("DRA driver %s: serving %s", settings.driver_name, settings.socket_path)
+        if self._registration is None or not self._registration.socket_alive():
+            await self._offer()
+
+    async def _offer(self) -> None:
+        """Serve a new registration socket: the kubelet registers each one it sees once."""
+        settings = self.settings
+        await self._stop_registration()
+        token = self._token = object()
+        servicer = DraRegistrationServicer(
+            settings.driver_name,
+            str(settings.socket_path.absolute()),
+            functools.partial(self._on_status, token),
+        )
+        registration = RegistrationServer(servicer, settings.registration_socket)
+        try:
+            await registration.start()
+        except ServeError as exc:
+            self._token = None
+            log.error("%s; trying again in %gs", exc, settings.check_interval)
+            self._check_later(settings.check_interval)
+            return
+        self._registration = registration
+        log.info("DRA driver %s: serving %s", settings.driver_name, settings.registration_socket)
+
+    async def _stop_registration(self) -> None:
+        registration, self._registration = self._registration, None
+        self.registered = False
+        self._token = None
+        if registration is not None:
+            await registration.stop()
+
+    def _on_status(self, token: object, registered: bool, error: str) -> None:
+        if token is not self._token:
+            return  # news about a socket we no longer serve
+        self.registered = registered
+        if registered:
+            self._reg_backoff.reset()
+            log.info("DRA driver %s: registered by the kubelet", self.settings.driver_name)
+            return
+        delay = self._reg_backoff.next_delay()
+        log.warning(
+            "DRA driver %s: the kubelet did not register it (%s); offering a new socket in %.1fs",
+            self.settings.driver_name,
+            error or "no reason given",
+            delay,
+        )
+        if self._reoffer is None:
+            self._reoffer = asyncio.get_running_loop().call_later(delay, self._offer_again)
+
+    def _offer_again(self) -> None:
+        self._reoffer = None
+        # Removing the socket makes the next check offer a fresh one.
+        if self._registration is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._registration.socket_path.unlink()
+        self._check.set()
+
+    def _check_later(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(delay, self._check.set)
+
+    def _watch(self) -> DirWatcher | None:
+        ours = {
+            (self.settings.plugin_dir, SOCKET_NAME),
+            (self.settings.plugins_registry_dir, self.settings.registration_socket.name),
+        }
+
+        def on_event(event: DirEvent) -> None:
+            if event.overflow or (event.removed and (event.directory, event.name) in ours):
+                self._check.set()
+
+        try:
+            watcher = DirWatcher(on_event)
+            for directory in sorted({d for d, _ in ours}):
+                watcher.add(directory)
+        except InotifyError as exc:
+            log.warning(
+                "no inotify (%s); checking sockets every %.0fs instead",
+                exc,
+                self.settings.check_interval,
+            )
+            return None
+        return watcher
+
+    async def _periodic_check(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.check_interval)
+            self._check.set()
