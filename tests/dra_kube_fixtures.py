@@ -1,0 +1,89 @@
+"""Fixtures for the DRA API side against the real API server (``accel_kube_apiserver``).
+
+- ``kube``: an admin lightkube AsyncClient on the session's API server.
+- ``kube_node``: a Node object of a name no other test uses (one the API
+  server has a kubelet token for), its slices and itself deleted at teardown.
+- ``node_client``: ``node_client(name)`` is a client acting as that node's kubelet.
+
+Skipped, with the reason, when ``KUBEBUILDER_ASSETS`` is unset or lightkube
+(the ``[dra]`` extra) is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from accel_plugins.testing.envtest import NODES
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+    from accel_plugins.testing.envtest import ApiServer
+
+_names: Iterator[str] = iter(NODES)
+NodeClient = Callable[[str], "AsyncClient"]
+
+
+def _lightkube() -> None:
+    pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+
+
+@pytest.fixture
+async def kube(accel_kube_apiserver: ApiServer) -> AsyncIterator[AsyncClient]:
+    _lightkube()
+    from lightkube import KubeConfig
+
+    from accel_plugins.dra.kube import make_client
+
+    client = make_client(KubeConfig.from_dict(accel_kube_apiserver.kubeconfig()))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def node_client(accel_kube_apiserver: ApiServer) -> AsyncIterator[NodeClient]:
+    _lightkube()
+    from lightkube import KubeConfig
+
+    from accel_plugins.dra.kube import make_client
+
+    clients: list[AsyncClient] = []
+
+    def make(node: str) -> AsyncClient:
+        config = KubeConfig.from_dict(accel_kube_apiserver.node_kubeconfig(node))
+        clients.append(make_client(config))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+async def delete_slices(kube: AsyncClient, node: str) -> None:
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    async for item in kube.list(ResourceSlice, fields={"spec.nodeName": node}):
+        assert item.metadata is not None
+        assert item.metadata.name is not None
+        await kube.delete(ResourceSlice, item.metadata.name)
+
+
+@pytest.fixture
+async def kube_node(kube: AsyncClient) -> AsyncIterator[str]:
+    """A fresh Node (no controller manager runs, so nothing else touches it)."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Node
+
+    try:
+        name = next(_names)
+    except StopIteration:
+        pytest.fail(f"more Nodes asked for than the API server has tokens for ({len(NODES)})")
+    await kube.create(Node(metadata=ObjectMeta(name=name)))
+    yield name
+    await delete_slices(kube, name)
+    with contextlib.suppress(Exception):
+        await kube.delete(Node, name)
