@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.eventsource import (
     EventPaths,
     SourceChoice,
@@ -126,3 +129,34 @@ def test_the_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
         announce(choice)
     lines = [r.getMessage() for r in caplog.records if "only this test" in r.getMessage()]
     assert lines == ["uevent source: kernel (a reason only this test gives)"]
+
+
+PROPERTY_MATCHER = (
+    "devices:\n  - name: mic\n    groups:\n      - udev: [{properties: {ID_MODEL: Yeti*}}]\n"
+)
+SYSFS_MATCHER = MIC % "subsystem: sound"
+
+
+@pytest.mark.parametrize(
+    ("config", "source", "database", "watched"),
+    [
+        pytest.param(PROPERTY_MATCHER, "kernel", True, True, id="kernel-source-needs-ID-props"),
+        pytest.param(PROPERTY_MATCHER, "udev", True, False, id="udevd-events-come-after-its-write"),
+        pytest.param(SYSFS_MATCHER, "kernel", True, False, id="sysfs-matchers-need-no-database"),
+        pytest.param(PROPERTY_MATCHER, "kernel", False, False, id="database-not-mounted"),
+    ],
+)
+def test_udevd_database_watched_for_id_properties_after_a_kernel_uevent(
+    tmp_path: Path, config: str, source: str, database: bool, watched: bool
+) -> None:
+    """A kernel uevent comes before udevd has run its rules: the ID_* properties a
+    matcher wants appear when udevd writes /run/udev/data/<device>, so that directory
+    wakes a scan too (systemd-udevd writes the database before it sends its event)."""
+    data = tmp_path / "data"
+    if database:
+        data.mkdir()
+    settings = GenericSettings(event_paths=EventPaths(udev_data=data))
+    backend = GenericBackend(parse_config(config, "test.yaml"), settings)
+    feed = SimpleNamespace(source=UdevSource(source))
+    expected = {data} if watched else set()
+    assert backend._udev_database(feed) == expected  # type: ignore[arg-type]
