@@ -131,9 +131,8 @@ def test_the_choice_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     assert lines == ["uevent source: kernel (a reason only this test gives)"]
 
 
-PROPERTY_MATCHER = (
-    "devices:\n  - name: mic\n    groups:\n      - udev: [{properties: {ID_MODEL: Yeti*}}]\n"
-)
+MIC = "devices:\n  - name: mic\n    groups:\n      - udev: [{%s}]\n"
+PROPERTY_MATCHER = MIC % "properties: {ID_MODEL: Yeti*}"
 SYSFS_MATCHER = MIC % "subsystem: sound"
 
 
