@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
-NODES = tuple(f"node-{i}" for i in range(16))
+NODES = tuple(f"node-{i}" for i in range(64))
 ADMIN_TOKEN = "admin-token"
 READY_TIMEOUT = 60.0
 

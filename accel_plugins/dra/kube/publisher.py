@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import httpx2
 from lightkube import ApiError, AsyncClient
@@ -56,7 +56,7 @@ class KubeSlicePublisher:
         node: str,
         describe: Describe | None = None,
         registry: CollectorRegistry | None = None,
-        sleep: Callable[[float], object] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = client
         self._driver = driver
@@ -95,6 +95,11 @@ class KubeSlicePublisher:
         if self._retry is None or self._retry.done():
             self._retry = asyncio.create_task(self._retry_loop(), name="dra-slice-retry")
 
+    async def wait_in_sync(self) -> None:
+        """Return once the background retries (if any) have written the newest tree."""
+        while self._retry is not None and not self._retry.done():
+            await asyncio.shield(self._retry)
+
     async def close(self) -> None:
         """Stop retrying; the slices stay (see the module docstring)."""
         if self._retry is not None:
@@ -105,7 +110,7 @@ class KubeSlicePublisher:
     async def _retry_loop(self) -> None:
         delay = BACKOFF_START
         while not self.in_sync:
-            await self._sleep(delay)  # type: ignore[misc]
+            await self._sleep(delay)
             if await self._attempt():
                 return
             delay = min(delay * 2, BACKOFF_MAX)

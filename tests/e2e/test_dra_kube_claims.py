@@ -1,0 +1,157 @@
+"""KubeClaimSource against a real kube-apiserver: claims allocated as the scheduler would.
+
+No kube-scheduler runs here, so each test writes ``status.allocation`` itself
+(the status subresource, as the scheduler does) with results for our driver,
+another driver and another node's pool; the source must keep only ours.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+
+pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus
+from lightkube.types import PatchType
+
+from accel_plugins.dra.kube import KubeClaimSource
+from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, dra_device_name
+
+DRIVER = "gpu.nvidia.com"
+POOL = "node-under-test"
+GPU = dra_device_name("GPU-5ae5e3c4-0000-4b5e-8c10-0123456789ab")
+_claims = (f"claim-{i}" for i in itertools.count())
+
+
+@pytest.fixture
+async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
+    name = f"dra-{next(_claims)}"
+    await kube.create(Namespace(metadata=ObjectMeta(name=name)))
+    yield name
+    await kube.delete(Namespace, name)
+
+
+@pytest.fixture
+async def gpu_class(kube: AsyncClient) -> AsyncIterator[str]:
+    name = "claims-test-gpu.example.com"  # not gpu.nvidia.com: other tests may create that
+    await kube.create(
+        cast(
+            DeviceClass,
+            DeviceClass.from_dict(
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
+                    },
+                }
+            ),
+        )
+    )
+    yield name
+    await kube.delete(DeviceClass, name)
+
+
+async def make_claim(kube: AsyncClient, namespace: str, device_class: str) -> ClaimRef:
+    name = next(_claims)
+    created = await kube.create(
+        cast(
+            ResourceClaim,
+            ResourceClaim.from_dict(
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "gpu", "exactly": {"deviceClassName": device_class}},
+                                {"name": "nic", "exactly": {"deviceClassName": device_class}},
+                            ]
+                        }
+                    },
+                }
+            ),
+        )
+    )
+    assert created.metadata is not None
+    assert created.metadata.uid is not None
+    return ClaimRef(uid=created.metadata.uid, namespace=namespace, name=name)
+
+
+async def allocate(kube: AsyncClient, claim: ClaimRef, results: list[dict[str, Any]]) -> None:
+    """What the scheduler writes: the allocation, with a node selector for our node."""
+    status = {
+        "status": {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [POOL]}
+                            ]
+                        }
+                    ]
+                },
+            }
+        }
+    }
+    await kube.patch(
+        ResourceClaimStatus,
+        claim.name,
+        status,
+        namespace=claim.namespace,
+        patch_type=PatchType.MERGE,
+    )
+
+
+def result(request: str, device: str, *, driver: str = DRIVER, pool: str = POOL) -> dict[str, str]:
+    return {"request": request, "driver": driver, "pool": pool, "device": device}
+
+
+async def test_allocated_claim_resolves_to_our_devices_only(
+    kube: AsyncClient, namespace: str, gpu_class: str
+) -> None:
+    claim = await make_claim(kube, namespace, gpu_class)
+    await allocate(
+        kube,
+        claim,
+        [
+            result("gpu", GPU),
+            result("nic", "eth0", driver="nic.example.com"),  # another driver's device
+            result("gpu", "gpu-1", pool="another-node"),  # another node's pool
+        ],
+    )
+    resolved = await KubeClaimSource(kube).resolve(claim, DRIVER, POOL)
+    assert resolved.ref == claim
+    assert resolved.devices == (
+        AllocatedDevice(request="gpu", driver=DRIVER, pool=POOL, device=GPU),
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        pytest.param("unallocated", "is not allocated", id="unallocated"),
+        pytest.param("uid-mismatch", "has UID", id="uid-mismatch"),
+        pytest.param("missing", "not found", id="missing"),
+    ],
+)
+async def test_claims_that_cannot_be_prepared(
+    kube: AsyncClient, namespace: str, gpu_class: str, case: str, message: str
+) -> None:
+    claim = await make_claim(kube, namespace, gpu_class)
+    if case == "uid-mismatch":
+        await allocate(kube, claim, [result("gpu", GPU)])
+        claim = ClaimRef(
+            uid="00000000-0000-0000-0000-000000000000", namespace=namespace, name=claim.name
+        )
+    elif case == "missing":
+        claim = ClaimRef(uid=claim.uid, namespace=namespace, name="no-such-claim")
+    with pytest.raises(ClaimError, match=message):
+        await KubeClaimSource(kube).resolve(claim, DRIVER, POOL)
