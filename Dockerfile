@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image per vendor: docker build --target nvidia|generic (hack/build-images does both);
-# each installs the wheel with its own extra only (accel-plugins[nvidia] or [generic]).
+# each installs the wheel with its own extra (accel-plugins[nvidia] or [generic]) and [dra]
+# (lightkube, for --kubelet-api dra).
 #
 # BASE_IMAGE is pinned by exact tag (Debian 12 with CPython 3.11, the version pyproject.toml
 # targets). Pin it by digest where your registry is reachable:
@@ -29,7 +30,7 @@ FROM venv AS venv-nvidia
 RUN --mount=type=secret,id=ca-cert \
     if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
  && set -- /wheels/*.whl \
- && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[nvidia]" \
+ && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[nvidia,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
 
@@ -37,7 +38,7 @@ FROM venv AS venv-generic
 RUN --mount=type=secret,id=ca-cert \
     if [ -s /run/secrets/ca-cert ]; then export PIP_CERT=/run/secrets/ca-cert; fi \
  && set -- /wheels/*.whl \
- && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[generic]" \
+ && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[generic,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
 

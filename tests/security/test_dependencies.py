@@ -28,8 +28,9 @@ with PYPROJECT.open("rb") as _handle:
 
 # The extras that install a backend's library, and the package each one serves.
 VENDOR_EXTRAS = {"nvidia": "backends/nvidia", "generic": "backends/generic"}
-# Parts of the package that may import more than the base: the backends and the pytest plugin.
-AREAS = {**VENDOR_EXTRAS, "testing": "testing"}
+# Parts of the package that may import more than the base: the backends, the DRA
+# driver's API side (the [dra] extra) and the pytest plugin.
+AREAS = {**VENDOR_EXTRAS, "dra": "dra/kube", "testing": "testing"}
 
 # Top-level module -> the distribution that provides it.
 PROVIDES = {
@@ -41,6 +42,8 @@ PROVIDES = {
     "pynvml": "nvidia-ml-py",
     "pytest": "pytest",
     "pytest_asyncio": "pytest-asyncio",
+    "lightkube": "lightkube",
+    "httpx2": "httpx2",
 }
 
 
@@ -54,8 +57,8 @@ def _names(requirements: list[Requirement]) -> set[str]:
 
 BASE = _requirements(PROJECT["dependencies"])
 EXTRAS = {name: _requirements(lines) for name, lines in PROJECT["optional-dependencies"].items()}
-# What the plugin images run with: the base and the vendor extras.
-REQUIREMENTS = BASE + [r for extra in VENDOR_EXTRAS for r in EXTRAS[extra]]
+# What the plugin images run with: the base, the vendor extras and DRA's.
+REQUIREMENTS = BASE + [r for extra in [*VENDOR_EXTRAS, "dra"] for r in EXTRAS[extra]]
 
 
 @pytest.mark.parametrize("requirement", REQUIREMENTS, ids=[r.name for r in REQUIREMENTS])
@@ -87,8 +90,8 @@ def test_the_base_is_the_framework_alone() -> None:
 
 @pytest.mark.parametrize("extra", ["all", "dev"])
 def test_all_and_dev_pull_every_backend(extra: str) -> None:
-    """``[all]`` is both vendors; ``[dev]`` (what the tests install) includes ``[all]``."""
-    wanted = set(VENDOR_EXTRAS) if extra == "all" else {"all"}
+    """``[all]`` is both vendors and DRA; ``[dev]`` (what the tests install) includes ``[all]``."""
+    wanted = {*VENDOR_EXTRAS, "dra"} if extra == "all" else {"all"}
     pulled = {name for r in EXTRAS[extra] if r.name == PROJECT["name"] for name in r.extras}
     assert pulled == wanted
 
