@@ -9,6 +9,8 @@ the entry-point group :data:`ENTRY_POINT_GROUP`. Nothing here imports a backend
 or grpc at import time. See docs/writing-a-backend.md.
 """
 
+from typing import TYPE_CHECKING
+
 from accel_plugins.errors import (
     AccelPluginsError,
     AllocationError,
@@ -34,14 +36,6 @@ from accel_plugins.plugin.backend import (
     PreStarter,
     Publish,
 )
-from accel_plugins.plugin.cdi import (
-    CdiDevice,
-    CdiHook,
-    CdiMount,
-    CdiSpec,
-    CdiSpecWriter,
-    ContainerEdits,
-)
 from accel_plugins.plugin.command import (
     ENTRY_POINT_GROUP,
     BackendCommand,
@@ -59,6 +53,42 @@ from accel_plugins.plugin.device import (
     Mount,
     tree,
 )
+from accel_plugins.plugin.dra_attributes import (
+    DraDescriber,
+    DraDeviceInfo,
+    DraVersion,
+    pci_attributes,
+    pcie_root,
+)
+
+if TYPE_CHECKING:
+    from accel_plugins.plugin.cdi import (
+        CdiDevice,
+        CdiHook,
+        CdiMount,
+        CdiSpec,
+        CdiSpecWriter,
+        ContainerEdits,
+    )
+
+# The CDI writer (and tempfile behind it) loads on first use: most plugins never
+# write a spec, and every plugin process imports this package on its way up.
+_LAZY = {
+    name: "accel_plugins.plugin.cdi"
+    for name in ("CdiDevice", "CdiHook", "CdiMount", "CdiSpec", "CdiSpecWriter", "ContainerEdits")
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -81,6 +111,9 @@ __all__ = [
     "Device",
     "DeviceNode",
     "DeviceTree",
+    "DraDescriber",
+    "DraDeviceInfo",
+    "DraVersion",
     "Health",
     "Holders",
     "HookError",
@@ -96,6 +129,8 @@ __all__ = [
     "Publish",
     "check_preferred_request",
     "natural_key",
+    "pci_attributes",
+    "pcie_root",
     "prefer_fewest_numa_nodes",
     "spans_numa_nodes",
     "tree",
