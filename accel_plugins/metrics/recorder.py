@@ -16,6 +16,8 @@ class PrometheusMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._rpc_children: dict[tuple[str, str], Histogram] = {}
+        self._allocation_children: dict[str, tuple[Counter, Counter]] = {}
         self._rpc = Histogram(
             f"{PREFIX}_rpc_duration_seconds",
             "Time to answer a unary DevicePlugin RPC (failed calls included).",
@@ -71,11 +73,23 @@ class PrometheusMetrics:
         )
 
     def rpc_finished(self, method: str, resource: str, seconds: float) -> None:
-        self._rpc.labels(method, resource).observe(seconds)
+        # labels() validates and locks on every call: a few microseconds of each
+        # Allocate. The children never change once made, so each is looked up once.
+        key = (method, resource)
+        child = self._rpc_children.get(key)
+        if child is None:
+            child = self._rpc_children[key] = self._rpc.labels(method, resource)
+        child.observe(seconds)
 
     def allocated(self, resource: str, devices: int) -> None:
-        self._allocations.labels(resource).inc()
-        self._allocated_devices.labels(resource).inc(devices)
+        children = self._allocation_children.get(resource)
+        if children is None:
+            children = self._allocation_children[resource] = (
+                self._allocations.labels(resource),
+                self._allocated_devices.labels(resource),
+            )
+        children[0].inc()
+        children[1].inc(devices)
 
     def allocation_failed(self, resource: str, reason: AllocationFailure) -> None:
         self._allocation_errors.labels(resource, str(reason)).inc()

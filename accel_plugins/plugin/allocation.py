@@ -52,6 +52,10 @@ def resolve(
     """Map requested IDs to devices, naming every unknown, unhealthy or repeated one."""
     if not ids:
         raise AllocationError(f"resource {resource}: the request names no devices")
+    if len(ids) == 1:  # the common request: nothing to repeat
+        device = known.get(ids[0])
+        if device is not None and (device.healthy or not require_healthy):
+            return [device]
     seen: set[str] = set()
     duplicates: list[str] = []
     unknown: list[str] = []
@@ -93,13 +97,18 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
     names (and annotations, which a spec cannot carry) go into the response;
     the runtime would otherwise create its nodes twice.
     """
+    if len(devices) == 1:  # the common request: nothing to merge unless paths repeat
+        only = devices[0]
+        if not only.cdi_devices and len(only.nodes) <= 1 and len(only.mounts) <= 1:
+            return ContainerAllocation(only.nodes, only.mounts, only.envs, only.annotations)
     nodes: dict[str, DeviceNode] = {}
     mounts: dict[str, Mount] = {}
     envs: dict[str, str] = {}
     annotations: dict[str, str] = {}
     cdi: dict[str, None] = {}
     for device in devices:
-        annotations.update(device.annotations)
+        if device.annotations:  # most devices have none; updating from a proxy is slow
+            annotations.update(device.annotations)
         if device.cdi_devices:
             cdi.update(dict.fromkeys(device.cdi_devices))
             continue
@@ -112,7 +121,8 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
                 nodes[node.container_path] = DeviceNode(old.host_path, old.container_path, perms)
         for mount in device.mounts:
             mounts.setdefault(mount.container_path, mount)
-        envs.update(device.envs)
+        if device.envs:
+            envs.update(device.envs)
     return ContainerAllocation(
         nodes=tuple(nodes.values()),
         mounts=tuple(mounts.values()),

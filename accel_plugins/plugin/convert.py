@@ -13,19 +13,34 @@ def device_message(device: Device) -> pb.Device:
     return pb.Device(ID=device.id, health=device.health.value, topology=topology)
 
 
+def fill_container_response(
+    response: pb.ContainerAllocateResponse, allocation: ContainerAllocation
+) -> None:
+    """Write ``allocation`` into ``response`` in place.
+
+    Filled field by field with ``add`` rather than built from keyword arguments
+    and copied into the AllocateResponse: a third of Allocate's own time.
+    """
+    if allocation.envs:
+        response.envs.update(allocation.envs)
+    add_mount = response.mounts.add
+    for m in allocation.mounts:
+        add_mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+    add_device = response.devices.add
+    for node in allocation.nodes:
+        add_device(
+            container_path=node.container_path,
+            host_path=node.host_path,
+            permissions=node.permissions,
+        )
+    if allocation.annotations:
+        response.annotations.update(allocation.annotations)
+    add_cdi = response.cdi_devices.add
+    for name in allocation.cdi_devices:
+        add_cdi(name=name)
+
+
 def container_response(allocation: ContainerAllocation) -> pb.ContainerAllocateResponse:
-    return pb.ContainerAllocateResponse(
-        envs=dict(allocation.envs),
-        mounts=[
-            pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
-            for m in allocation.mounts
-        ],
-        devices=[
-            pb.DeviceSpec(
-                container_path=n.container_path, host_path=n.host_path, permissions=n.permissions
-            )
-            for n in allocation.nodes
-        ],
-        annotations=dict(allocation.annotations),
-        cdi_devices=[pb.CDIDevice(name=name) for name in allocation.cdi_devices],
-    )
+    response = pb.ContainerAllocateResponse()
+    fill_container_response(response, allocation)
+    return response
