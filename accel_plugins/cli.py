@@ -73,6 +73,7 @@ COMMON_DESTS = frozenset(
         "plugins_registry_dir",
         "log_format",
         "log_level",
+        "node_name",
     }
 )
 
@@ -181,6 +182,19 @@ def _add_logging_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--log-level", default="info", choices=LOG_LEVELS, help="least severe level")
 
 
+def _add_node_flag(parser: argparse.ArgumentParser) -> None:
+    """--node-name, one definition for every command that runs on a node."""
+    add_flag(
+        parser,
+        "--node-name",
+        default="",
+        env=("NODE_NAME",),
+        help="this node's name (the downward API's spec.nodeName; the chart sets NODE_NAME): "
+        "in log lines, the build info metric and inspect's report; with --kubelet-api dra "
+        "it is required and names the pool of the node's ResourceSlices",
+    )
+
+
 def _add_kubelet_flags(parser: argparse.ArgumentParser, socket_env: Sequence[str] = ()) -> None:
     add_flag(
         parser,
@@ -282,6 +296,7 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     # NVIDIA's plugin reads KUBELET_SOCKET too; ours wins when both are set.
     _add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
     _add_registration_flags(p)
+    _add_node_flag(p)
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
     _add_logging_flags(p)
@@ -326,6 +341,7 @@ def build_parser(
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the plugin")
+    _add_node_flag(p)
     _add_logging_flags(p)
 
     p = sub.add_parser("kubelet", help="run the kubelet emulator (for local development)")
@@ -395,6 +411,7 @@ async def serve(
     metrics_address: tuple[str, int] | None = None,
     pod_resources: PodResourcesCache | None = None,
     config_files: Sequence[Path] = (),
+    node_name: str = "",
 ) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
 
@@ -410,7 +427,7 @@ async def serve(
     from accel_plugins.metrics import instrumented_manager
     from accel_plugins.plugin.config_watch import watch_configs
 
-    manager, metrics = instrumented_manager(factory, settings, pod_resources)
+    manager, metrics = instrumented_manager(factory, settings, pod_resources, node_name)
     if pod_resources is not None:
         pod_resources.touch()  # the first scrape then has pods to name
     if metrics_address is not None:
@@ -512,7 +529,9 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
     config_files = [
         Path(value) for flag in command.config_files if (value := getattr(args, by_flag[flag]))
     ]
-    return asyncio.run(serve(factory, settings, metrics_address, pod_resources, config_files))
+    return asyncio.run(
+        serve(factory, settings, metrics_address, pod_resources, config_files, args.node_name)
+    )
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
@@ -520,7 +539,11 @@ def _run_inspect(args: argparse.Namespace) -> int:
 
     report = asyncio.run(
         inspect_plugin(
-            args.socket, allocate=args.allocate, timeout=args.timeout, pre_start=args.pre_start
+            args.socket,
+            allocate=args.allocate,
+            timeout=args.timeout,
+            pre_start=args.pre_start,
+            node=args.node_name,
         )
     )
     print(render_json(report) if args.json else render_text(report))
@@ -630,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_CONFIG
     args = build_parser(argv, backends).parse_args(argv)
-    setup_logging(args.log_format, args.log_level)
+    setup_logging(args.log_format, args.log_level, node=getattr(args, "node_name", ""))
     runners: dict[str, Callable[[argparse.Namespace], int]] = {
         "inspect": _run_inspect,
         "kubelet": _run_kubelet,

@@ -74,6 +74,9 @@ class InspectReport:
     options: PluginOptions
     devices: tuple[DeviceState, ...]
     dry_run: DryRun | None = None
+    # Where it ran (--node-name, NODE_NAME: set in the chart's pods, where operators run
+    # inspect through kubectl exec); reports gathered from many nodes say whose they are.
+    node: str = ""
 
     @property
     def total(self) -> int:
@@ -94,6 +97,7 @@ class InspectReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "node": self.node or None,
             "socket": str(self.socket),
             "options": self.options.to_dict(),
             "counts": {"total": self.total, "healthy": self.healthy, "unhealthy": self.unhealthy},
@@ -177,10 +181,16 @@ async def _dry_run(
 
 
 async def inspect_plugin(
-    socket: Path, *, allocate: int = 0, timeout: float = 5.0, pre_start: bool = False
+    socket: Path,
+    *,
+    allocate: int = 0,
+    timeout: float = 5.0,
+    pre_start: bool = False,
+    node: str = "",
 ) -> InspectReport:
     """Ask the plugin at ``socket`` for its options and devices; dry-run ``allocate`` devices,
-    then PreStartContainer on them with ``pre_start`` (when the plugin requires it)."""
+    then PreStartContainer on them with ``pre_start`` (when the plugin requires it).
+    ``node`` is the name of the node this runs on, reported as given."""
     socket = Path(socket)
     if allocate < 0:
         raise InspectError(f"--allocate must be 0 or more, got {allocate}")
@@ -198,7 +208,9 @@ async def inspect_plugin(
         raise _explain(socket, e, timeout) from None
     except KubeletError as e:
         raise InspectError(_one_line(str(e))) from None
-    return InspectReport(socket=socket, options=options, devices=tuple(devices), dry_run=dry_run)
+    return InspectReport(
+        socket=socket, options=options, devices=tuple(devices), dry_run=dry_run, node=node
+    )
 
 
 def _yes(flag: bool) -> str:
@@ -238,7 +250,8 @@ def _response_lines(response: ContainerResponse) -> list[str]:
 def render_text(report: InspectReport) -> str:
     """The report for a terminal."""
     opts = report.options
-    lines = [
+    lines = [f"node: {report.node}"] if report.node else []
+    lines += [
         f"plugin socket: {report.socket}",
         f"options: pre_start_required={_yes(opts.pre_start_required)}, "
         f"get_preferred_allocation_available={_yes(opts.get_preferred_allocation_available)}",

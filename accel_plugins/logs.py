@@ -13,6 +13,16 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 class JsonFormatter(logging.Formatter):
+    """One object a line; ``node`` (the node's name, when known) is a field of each.
+
+    Collectors that ship a DaemonSet's logs from many nodes to one place keep
+    the node that way even where they add no Kubernetes metadata.
+    """
+
+    def __init__(self, node: str = "") -> None:
+        super().__init__()
+        self.node = node
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "ts": round(record.created, 3),
@@ -20,6 +30,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self.node:
+            entry["node"] = self.node
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
@@ -34,19 +46,30 @@ def fatal(message: str, stream: TextIO | None = None) -> None:
     """
     out = stream or sys.stderr
     handlers = logging.getLogger().handlers
-    if any(isinstance(h.formatter, JsonFormatter) for h in handlers):
+    json_formatter = next(
+        (h.formatter for h in handlers if isinstance(h.formatter, JsonFormatter)), None
+    )
+    if json_formatter is not None:
         entry = {"ts": round(time.time(), 3), "level": "fatal", "logger": "accel_plugins"}
+        if json_formatter.node:
+            entry["node"] = json_formatter.node
         print(json.dumps({**entry, "msg": message}, ensure_ascii=False), file=out, flush=True)
     else:
         print(message, file=out, flush=True)
 
 
-def setup_logging(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> None:
+def setup_logging(
+    fmt: str = "text", level: str = "info", stream: TextIO | None = None, node: str = ""
+) -> None:
+    """Log to ``stream`` (stderr); ``node`` names the node in each line (--node-name)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter(node))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        # Text lines say the node after the level, where a reader of mixed logs looks.
+        where = f"node={node.replace('%', '%%')} " if node else ""
+        line = f"%(asctime)s %(levelname)-7s {where}%(name)s: %(message)s"
+        handler.setFormatter(logging.Formatter(line))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -81,19 +81,22 @@ class ManagerView(Protocol):
     def reload_status(self) -> ReloadStatus: ...
 
 
-def new_registry(status: StatusSource) -> CollectorRegistry:
+def new_registry(status: StatusSource, node_name: str = "") -> CollectorRegistry:
     """A registry with the per-resource series of ``status`` (and build info) only."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PluginCollector(status))
+    registry.register(PluginCollector(status, node_name))
     return registry
 
 
 def watch_manager(
-    registry: CollectorRegistry, manager: ManagerView, attribution: Attribution | None = None
+    registry: CollectorRegistry,
+    manager: ManagerView,
+    attribution: Attribution | None = None,
+    node_name: str = "",
 ) -> None:
     """Register every scrape-time collector of ``manager`` in ``registry``."""
     pods: Attribution = attribution if attribution is not None else NoAttribution()
-    registry.register(PluginCollector(manager.status))
+    registry.register(PluginCollector(manager.status, node_name))
     registry.register(DeviceCollector(lambda: manager.tree, pods))
     registry.register(BackendCollector(lambda: manager.backend, pods))
     registry.register(ReloadCollector(lambda: manager.reload_status))
@@ -103,16 +106,18 @@ def instrumented_manager(
     factory: Callable[[], Backend],
     settings: ManagerSettings,
     pod_resources: PodResourcesCache | None = None,
+    node_name: str = "",
 ) -> tuple[Manager, MetricsServer]:
     """A manager whose events and state land in a registry of its own, and the server for it.
 
     This is a plugin process's whole metrics wiring: the recorder goes into the
     manager, the scrape-time collectors read it, and ``pod_resources`` (when
-    given) names the pods on device and GPU series and is refreshed by scrapes.
+    given) names the pods on device and GPU series and is refreshed by scrapes;
+    ``node_name`` labels the build info.
     """
     registry = CollectorRegistry(auto_describe=False)
     manager = Manager(factory, settings, metrics=PrometheusMetrics(registry))
-    watch_manager(registry, manager, pod_resources)
+    watch_manager(registry, manager, pod_resources, node_name)
     server = MetricsServer(
         registry,
         manager.problems,

@@ -67,10 +67,18 @@ def pod_labels(refs: Sequence[PodRef]) -> list[tuple[str, str, str]]:
 
 
 class PluginCollector(Collector):
-    """Per-resource state of the framework, plus build information."""
+    """Per-resource state of the framework, plus build information.
 
-    def __init__(self, status: StatusSource) -> None:
+    ``node_name`` (--node-name) labels the build info series: a scrape without
+    Kubernetes service discovery still says which node answered. The label is
+    ``node_name``, not ``node``, because the chart's ServiceMonitor puts the
+    pod's node in a target label ``node`` (a sample's own label of that name
+    would be renamed ``exported_node``).
+    """
+
+    def __init__(self, status: StatusSource, node_name: str = "") -> None:
         self._status = status
+        self._node_name = node_name
 
     def collect(self) -> Iterator[Metric]:
         status = self._status()
@@ -95,9 +103,11 @@ class PluginCollector(Collector):
             registered.add_metric([resource], 1 if s.registered and s.serving else 0)
             streams.add_metric([resource], s.open_streams)
         info = GaugeMetricFamily(
-            f"{PREFIX}_build_info", "Always 1; the version as a label.", labels=["version"]
+            f"{PREFIX}_build_info",
+            "Always 1; the version and the node's name (--node-name) as labels.",
+            labels=["version", "node_name"],
         )
-        info.add_metric([__version__], 1)
+        info.add_metric([__version__, self._node_name], 1)
         yield from (devices, registered, streams, info)
 
 

@@ -57,8 +57,9 @@ async def test_scrape_reports_devices_registration_and_streams(
     assert series(values, "accel_plugins_registrations_total") == {(RES,): 1}
     assert series(values, "accel_plugins_list_and_watch_streams") == {(RES,): 1}
     assert series(values, "accel_plugins_kubelet_restarts_total") == {(): 0}
-    (((_, version),),) = series(values, "accel_plugins_build_info")
-    assert version
+    (info,) = series(values, "accel_plugins_build_info")
+    assert dict(info)["version"]
+    assert dict(info)["node_name"] == ""  # no --node-name given
 
     backend.set(tree({WIDGET: [Device("w0")]}))
     await kubelet.wait_for_resource(WIDGET, allocatable=1)
