@@ -36,6 +36,7 @@ from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 from accel_plugins.plugin.lifecycle import PluginStatus
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.podresources import PodResourcesCache
+from accel_plugins.plugin.reloads import ReloadStatus
 
 GOAL_MS = 100.0
 DEVICES = 10_000
@@ -88,6 +89,10 @@ class NodeView:
     @property
     def backend(self) -> object:
         return self._nvidia.backend
+
+    @property
+    def reload_status(self) -> ReloadStatus:
+        return self._nvidia.reload_status
 
 
 async def scrape(host: str, port: int) -> tuple[float, int]:
