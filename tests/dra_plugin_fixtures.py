@@ -104,12 +104,14 @@ async def start_driver(dra_root: Path) -> AsyncIterator[Callable[..., Any]]:
     running: list[RunningDriver] = []
 
     async def start(backend: Backend, claims: FakeClaims, **overrides: Any) -> RunningDriver:
-        paths: dict[str, Any] = {
-            "kubelet_plugins_dir": dra_root / "plugins",
-            "plugins_registry_dir": dra_root / "plugins_registry",
-            "cdi_spec_dir": dra_root / "cdi",
-        }
-        settings = DraSettings(driver_name=DRIVER, node_name=NODE, **(paths | overrides))
+        settings = DraSettings(
+            driver_name=DRIVER,
+            node_name=NODE,
+            kubelet_plugins_dir=dra_root / "plugins",
+            plugins_registry_dir=dra_root / "plugins_registry",
+            cdi_spec_dir=dra_root / "cdi",
+            **overrides,
+        )
         driver = DraDriver(lambda: backend, settings, claims)
         task = asyncio.create_task(driver.run())
         await asyncio.wait_for(driver.ready.wait(), 5)

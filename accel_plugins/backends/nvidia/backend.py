@@ -6,25 +6,15 @@ import asyncio
 import logging
 from collections.abc import Collection, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client.metrics_core import Metric
-
-from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
 from accel_plugins.backends.nvidia.config import NvidiaSettings
-from accel_plugins.backends.nvidia.container_contract import container_allocation, read_mig_minors
 from accel_plugins.backends.nvidia.discovery import Node, discover
-from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, XidPolicy
-from accel_plugins.backends.nvidia.label_facts import LabelNvml, read_label_facts
-from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
-from accel_plugins.backends.nvidia.mps_root import MpsRoot, with_mps
-from accel_plugins.backends.nvidia.node_labels import LabelFacts
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
-from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
 from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
@@ -32,7 +22,17 @@ from accel_plugins.errors import AllocationError, BackendError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
-from accel_plugins.plugin.dra_attributes import DraDeviceInfo
+
+if TYPE_CHECKING:
+    # Only a feature switched on (CDI, MPS, NFD labels, DRA) or a first Allocate /
+    # GetPreferredAllocation needs these: imported where used, they stay off the
+    # path from exec to registration (issue 17's start-up budget).
+    from prometheus_client.metrics_core import Metric
+
+    from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
+    from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
+    from accel_plugins.backends.nvidia.node_labels import LabelFacts
+    from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ class NvidiaBackend:
         self._links = LinkMatrix.from_gpus(node.gpus)
         minors = self._mig_minors
         if minors is None and self.settings.allocate.pass_device_specs:
+            from accel_plugins.backends.nvidia.container_contract import read_mig_minors
+
             minors = read_mig_minors()
         base = build_resources(
             node,
@@ -161,6 +163,9 @@ class NvidiaBackend:
             if self.cdi is not None:
                 await asyncio.to_thread(self._write_cdi, node)
             if self._mps_resources:
+                from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
+                from accel_plugins.backends.nvidia.mps_root import MpsRoot
+
                 self._mps = MpsReadiness(
                     MpsRoot(Path(self.settings.mps_root)),
                     self._mps_resources,
@@ -192,6 +197,8 @@ class NvidiaBackend:
 
     def _read_label_facts(self, node: Node) -> LabelFacts | None:
         """Driver/CUDA versions and compute capabilities, for DRA attributes (best effort)."""
+        from accel_plugins.backends.nvidia.label_facts import LabelNvml, read_label_facts
+
         if not isinstance(self.nvml, LabelNvml):
             return None
         try:
@@ -202,6 +209,8 @@ class NvidiaBackend:
 
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
         """DraDescriber: NVIDIA's DRA attribute names (dra_attributes.py)."""
+        from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra
+
         return describe_dra(device, self._label_facts, self.sys_root)
 
     def _write_cdi(self, node: Node) -> None:
@@ -209,6 +218,8 @@ class NvidiaBackend:
         assert self.cdi is not None
         minors = self._mig_minors
         if minors is None:
+            from accel_plugins.backends.nvidia.container_contract import read_mig_minors
+
             minors = read_mig_minors() if any(g.mig_enabled for g in node.gpus) else {}
         try:
             paths = self.cdi.write(node, minors)
@@ -234,8 +245,12 @@ class NvidiaBackend:
                 f"request for {len(devices)} devices of {resource} is too large: "
                 "shared resources allow at most 1 per container (failRequestsGreaterThanOne)"
             )
+        from accel_plugins.backends.nvidia.container_contract import container_allocation
+
         allocation = container_allocation(devices, self.settings.allocate)
         if mps:
+            from accel_plugins.backends.nvidia.mps_root import with_mps
+
             return with_mps(allocation, resource, Path(self.settings.mps_root))
         return allocation
 
@@ -262,6 +277,8 @@ class NvidiaBackend:
         size: int,
     ) -> Sequence[str]:
         """Topology-aware choice: see :mod:`accel_plugins.backends.nvidia.preferred_allocation`."""
+        from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
+
         check_preferred_request(resource, available, must_include, size)
         return preferred_devices(
             self._links,

@@ -76,7 +76,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_plugins import yamlfile
 from accel_plugins.backends.nvidia.config_syntax import (
     GoReader,
     is_gpu_uuid,
@@ -663,6 +662,8 @@ def _say_what_nvidia_ignores(
 
 
 def load_config_file(path: Path, *, strict: bool = False) -> FileConfig:
+    from accel_plugins import yamlfile  # PyYAML only when there is a file: not on --simulate alone
+
     return parse_config(yamlfile.load(path, "config file"), str(path), strict=strict)
 
 

@@ -10,11 +10,10 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
 from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.cdi_spec import CdiOptions, NvidiaCdi
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     Overrides,
@@ -32,8 +31,10 @@ from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.command import BackendFactory
+
+if TYPE_CHECKING:  # the CDI writer is imported only when a CDI strategy is set
+    from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | No
     """The CDI spec writer when a CDI device-list strategy is selected (else None)."""
     if not any(s in CDI_STRATEGIES for s in settings.allocate.device_list_strategies):
         return None
+    from accel_plugins.backends.nvidia.cdi_spec import CdiOptions, NvidiaCdi
+    from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
+
     options = CdiOptions(
         spec_dir=Path(spec_dir) if spec_dir else DEFAULT_SPEC_DIR,
         hook_path=settings.nvidia_ctk_path,

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins import yamlfile
 from accel_plugins.backends.nvidia.pair_score import parse_link
 from accel_plugins.configfields import Fields
 
@@ -266,4 +265,6 @@ def _parse_event(r: Fields, item: object, field: str, gpus: Sequence[SimGpu]) ->
 
 def load_profile_file(path: Path) -> NodeProfile:
     """Read a YAML profile, naming the file in every error."""
+    from accel_plugins import yamlfile  # PyYAML only for a profile file, not a built-in one
+
     return parse_profile(yamlfile.load(path, "simulated node"), name=path.stem, source=str(path))
