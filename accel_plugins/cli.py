@@ -58,6 +58,10 @@ DEFAULT_METRICS_ADDRESS = ":9478"
 # accel_plugins.kubelet.topology.POLICIES (that package imports grpc).
 TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+# accel_plugins.dra.driver's (that package imports grpc).
+KUBELET_APIS = ("device-plugin", "dra")
+DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
+DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
 
 # Where the common flags land in the parsed arguments: a backend option may not take these.
@@ -74,6 +78,11 @@ COMMON_DESTS = frozenset(
         "log_format",
         "log_level",
         "node_name",
+        "kubelet_api",
+        "kubeconfig",
+        "dra_driver_name",
+        "kubelet_plugins_dir",
+        "dra_cdi_spec_dir",
     }
 )
 
@@ -248,6 +257,47 @@ def _add_registration_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
+    add_flag(
+        parser,
+        "--kubelet-api",
+        default="device-plugin",
+        choices=KUBELET_APIS,
+        help="how the kubelet gets the devices: device-plugin (one resource per device "
+        "kind) or dra (a Dynamic Resource Allocation driver: ResourceSlices and claims)",
+    )
+    add_flag(
+        parser,
+        "--kubeconfig",
+        default="",
+        env=("KUBECONFIG",),
+        metavar="FILE",
+        help="--kubelet-api dra: the API server's kubeconfig (default: the pod's service account)",
+    )
+    add_flag(
+        parser,
+        "--dra-driver-name",
+        default=driver_name,
+        help="--kubelet-api dra: the driver name (a DNS subdomain)",
+    )
+    add_flag(
+        parser,
+        "--kubelet-plugins-dir",
+        type=absolute_path,
+        default=DEFAULT_KUBELET_PLUGINS_DIR,
+        help="--kubelet-api dra: the kubelet's plugins directory; the driver serves "
+        "<dir>/<driver>/dra.sock and keeps its checkpoint there",
+    )
+    add_flag(
+        parser,
+        "--dra-cdi-spec-dir",
+        type=absolute_path,
+        default=DEFAULT_CDI_SPEC_DIR,
+        metavar="DIR",
+        help="--kubelet-api dra: where each prepared claim's CDI spec is written",
+    )
+
+
 def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
@@ -297,6 +347,7 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     _add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
     _add_registration_flags(p)
     _add_node_flag(p)
+    _add_dra_flags(p, command.default_dra_driver_name(backend.name))
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
     _add_logging_flags(p)
@@ -502,6 +553,7 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         raise ConfigError(
             "--plugins-registry-dir", "", f"{args.plugin_dir} must differ from --plugin-dir"
         )
+    dra = _dra_settings(args) if args.kubelet_api == "dra" else None
     from accel_plugins.metrics import parse_address
     from accel_plugins.plugin.manager import ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
@@ -521,6 +573,10 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         if exc.name is not None and exc.name.partition(".")[0] in command.requires:
             return _not_installed(name, command, [exc.name])
         raise
+    if dra is not None:
+        from accel_plugins.dra.run import serve_dra
+
+        return asyncio.run(serve_dra(factory, dra, args.kubeconfig or None))
     settings = ManagerSettings(
         plugin_dir=args.plugin_dir,
         kubelet_socket=args.kubelet_socket,
@@ -533,6 +589,22 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
     ]
     return asyncio.run(
         serve(factory, settings, metrics_address, pod_resources, config_files, args.node_name)
+    )
+
+
+def _dra_settings(args: argparse.Namespace) -> Any:
+    """The DRA driver's settings (ConfigError, exit 2, for a bad name or no node name).
+
+    Only here is accel_plugins.dra imported: device-plugin mode never loads it.
+    """
+    from accel_plugins.dra.driver import DraSettings
+
+    return DraSettings(
+        driver_name=args.dra_driver_name,
+        node_name=args.node_name,
+        kubelet_plugins_dir=args.kubelet_plugins_dir,
+        plugins_registry_dir=args.plugins_registry_dir,
+        cdi_spec_dir=args.dra_cdi_spec_dir,
     )
 
 

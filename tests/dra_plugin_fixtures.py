@@ -104,14 +104,12 @@ async def start_driver(dra_root: Path) -> AsyncIterator[Callable[..., Any]]:
     running: list[RunningDriver] = []
 
     async def start(backend: Backend, claims: FakeClaims, **overrides: Any) -> RunningDriver:
-        settings = DraSettings(
-            driver_name=DRIVER,
-            node_name=NODE,
-            kubelet_plugins_dir=dra_root / "plugins",
-            plugins_registry_dir=dra_root / "plugins_registry",
-            cdi_spec_dir=dra_root / "cdi",
-            **overrides,
-        )
+        paths: dict[str, Any] = {
+            "kubelet_plugins_dir": dra_root / "plugins",
+            "plugins_registry_dir": dra_root / "plugins_registry",
+            "cdi_spec_dir": dra_root / "cdi",
+        }
+        settings = DraSettings(driver_name=DRIVER, node_name=NODE, **(paths | overrides))
         driver = DraDriver(lambda: backend, settings, claims)
         task = asyncio.create_task(driver.run())
         await asyncio.wait_for(driver.ready.wait(), 5)

@@ -144,6 +144,7 @@ class DraDriver:
         self._registration: RegistrationServer | None = None
         self._token: object | None = None
         self.registered = False
+        self._accepted = asyncio.Event()  # set while the kubelet has registered the socket
         self._reg_backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         self._reoffer: asyncio.TimerHandle | None = None
         self.ready = asyncio.Event()  # set once the socket and registration are served
@@ -155,6 +156,11 @@ class DraDriver:
     @property
     def inventory(self) -> Inventory:
         return self._inventory
+
+    @property
+    def backend(self) -> Backend | None:
+        """The backend running now (None before the first and between restarts)."""
+        return self._backend
 
     # -- public ------------------------------------------------------------------
 
@@ -222,6 +228,10 @@ class DraDriver:
         if self._backend_task is not None:
             self._backend_task.cancel()
         self._backend_task = asyncio.create_task(self._run_backends(backend), name="backend")
+
+    async def wait_registered(self) -> None:
+        """Return once the kubelet's plugin watcher has registered the driver."""
+        await self._accepted.wait()
 
     def problems(self) -> list[str]:
         """What keeps the driver from working now (for /healthz and logs)."""
@@ -357,6 +367,7 @@ class DraDriver:
     async def _stop_registration(self) -> None:
         registration, self._registration = self._registration, None
         self.registered = False
+        self._accepted.clear()
         self._token = None
         if registration is not None:
             await registration.stop()
@@ -364,8 +375,11 @@ class DraDriver:
     def _on_status(self, token: object, registered: bool, error: str) -> None:
         if token is not self._token:
             return  # news about a socket we no longer serve
+        if not registered:
+            self._accepted.clear()
         self.registered = registered
         if registered:
+            self._accepted.set()
             self._reg_backoff.reset()
             log.info("DRA driver %s: registered by the kubelet", self.settings.driver_name)
             return

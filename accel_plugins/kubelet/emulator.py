@@ -38,6 +38,7 @@ from accel_plugins.kubelet.allocation import (
     first_sorted,
 )
 from accel_plugins.kubelet.client import DEFAULT_TIMEOUT, PluginClient, unix_target
+from accel_plugins.kubelet.dra import DraDrivers
 from accel_plugins.kubelet.endpoint import Endpoint
 from accel_plugins.kubelet.errors import (
     AllocationConflictError,
@@ -120,6 +121,8 @@ class Kubelet:
             None if plugins_registry_dir is None else Path(plugins_registry_dir)
         )
         self._plugin_watcher: PluginWatcher | None = None
+        # DRA drivers the plugin watcher registered (type DRAPlugin), by driver name.
+        self.dra = DraDrivers(on_change=self._notify)
         self.socket_path = self.plugin_dir / socket_name
         self.pod_resources_socket = pod_resources_socket
         self.checkpoint_path = self.plugin_dir / checkpoint_name
@@ -263,6 +266,7 @@ class Kubelet:
                 register=self._register_watched,
                 deregister=self._deregister_watched,
                 on_event=self._event,
+                dra=self.dra,
             )
             self._plugin_watcher = watcher
             try:
@@ -299,6 +303,7 @@ class Kubelet:
         watcher, self._plugin_watcher = self._plugin_watcher, None
         if watcher is not None:
             await watcher.stop()
+        await self.dra.close()
         servers, self._servers = self._servers, []
         for server in servers:
             await server.stop(None)

@@ -25,6 +25,10 @@ to the device manager's handler:
 
 One operation per socket at a time, as the kubelet's operation executor keeps
 it: a newer event for a socket waits for (or cancels) the one before.
+
+With a ``dra`` handler (``accel_plugins.kubelet.dra.DraDrivers``), plugins of
+type ``DRAPlugin`` are registered by it instead, the same way: its refusal is
+notified and retried, its success notified, a deleted socket deregistered.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from accel_plugins.kubelet.client import unix_target
 from accel_plugins.kubelet.dirwatch import Change, DirWatch
+from accel_plugins.kubelet.dra import DRA_PLUGIN, DraClient, DraDrivers
 from accel_plugins.kubelet.endpoint import Endpoint
 from accel_plugins.kubelet.registration import RegistrationRefusedError
 
@@ -82,6 +87,7 @@ class _Plugin:
 
     task: asyncio.Task[None] | None = None
     endpoint: Endpoint | None = None
+    dra: DraClient | None = None
     gone: bool = False  # the socket was deleted: the task deregisters
 
 
@@ -97,8 +103,10 @@ class PluginWatcher:
         on_event: EventSink,
         retry_initial: float = RETRY_INITIAL,
         retry_max: float = RETRY_MAX,
+        dra: DraDrivers | None = None,
     ) -> None:
         self.directory = Path(directory)
+        self._dra = dra
         self._register = register
         self._deregister = deregister
         self._event = on_event
@@ -110,7 +118,11 @@ class PluginWatcher:
     @property
     def sockets(self) -> list[Path]:
         """The sockets registered now (those whose registration succeeded)."""
-        return sorted(p for p, w in self._plugins.items() if w.endpoint is not None and not w.gone)
+        return sorted(
+            p
+            for p, w in self._plugins.items()
+            if (w.endpoint is not None or w.dra is not None) and not w.gone
+        )
 
     async def start(self) -> None:
         self.directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
@@ -202,6 +214,10 @@ class PluginWatcher:
         if before.endpoint is not None:
             await self._deregister(before.endpoint, path)
             before.endpoint = None
+        if before.dra is not None and self._dra is not None:
+            await self._dra.deregister(before.dra, path)
+            self._event(f"plugin watcher: DRA driver {before.dra.driver} deregistered ({path})")
+            before.dra = None
 
     async def _replace(self, before: _Plugin | None, plugin: _Plugin, path: Path) -> None:
         if before is not None:
@@ -224,6 +240,8 @@ class PluginWatcher:
             except grpc.aio.AioRpcError as e:
                 self._event(f"plugin watcher: GetInfo on {path} failed: {e.code().name}")
                 return False
+            if info.type == DRA_PLUGIN and self._dra is not None:
+                return await self._register_dra(stub, plugin, path, info)
             if info.type != DEVICE_PLUGIN:
                 reason = f"no handler registered for plugin type: {info.type} at socket {path}"
                 await self._notify(stub, path, False, f"RegisterPlugin error -- {reason}")
@@ -243,6 +261,27 @@ class PluginWatcher:
                 return True  # kept as attempted until the socket changes, as the kubelet does
             await self._notify(stub, path, True, "")
             return True
+
+    async def _register_dra(
+        self,
+        stub: reg_grpc.RegistrationAsyncStub,
+        plugin: _Plugin,
+        path: Path,
+        info: reg.PluginInfo,
+    ) -> bool:
+        assert self._dra is not None
+        endpoint = info.endpoint or str(path)
+        try:
+            plugin.dra = await self._dra.register(
+                info.name, endpoint, list(info.supported_versions), path
+            )
+        except RegistrationRefusedError as e:
+            error = f"plugin validation failed with err: {e.reason}"
+            await self._notify(stub, path, False, f"RegisterPlugin error -- {error}")
+            return False
+        self._event(f"plugin watcher: DRA driver {info.name} registered ({endpoint})")
+        await self._notify(stub, path, True, "")
+        return True
 
     async def _notify(
         self, stub: reg_grpc.RegistrationAsyncStub, path: Path, registered: bool, error: str

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from accel_plugins.plugin.backend import Backend
 
 ENTRY_POINT_GROUP = "accel_plugins.backends"
+# Where DRA driver names of backends without their own live (<command>.accel-plugins.io).
+DEFAULT_DRA_DOMAIN = "accel-plugins.io"
 
 _FLAG_RE = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
@@ -99,7 +101,9 @@ class BackendCommand:
     'accel-plugins[<extra>]'`` (or ``install`` when given, for third parties).
     ``config_files`` names the options (by flag) whose value is a file the
     factory reads: when its content changes the backend is rebuilt from it
-    without a restart, as on SIGHUP.
+    without a restart, as on SIGHUP. ``dra_driver_name`` is the default of
+    ``--dra-driver-name`` (a DNS subdomain; empty: ``<command>.accel-plugins.io``),
+    the driver name claims and DeviceClasses select in ``--kubelet-api dra``.
     """
 
     summary: str
@@ -109,6 +113,7 @@ class BackendCommand:
     extra: str = ""
     install: str = ""
     config_files: tuple[str, ...] = ()
+    dra_driver_name: str = ""
 
     def __post_init__(self) -> None:
         dests = [option.dest for option in self.options]
@@ -119,6 +124,10 @@ class BackendCommand:
         unknown = sorted(set(self.config_files) - flags)
         if unknown:
             raise ValueError(f"config_files names no option: {', '.join(unknown)}")
+
+    def default_dra_driver_name(self, command: str) -> str:
+        """The DRA driver name when ``--dra-driver-name`` is not given."""
+        return self.dra_driver_name or f"{command}.{DEFAULT_DRA_DOMAIN}"
 
     def install_hint(self) -> str:
         """The command that installs what ``requires`` names."""

@@ -254,4 +254,6 @@ COMMAND = BackendCommand(
     requires=("pynvml",),
     extra="nvidia",
     config_files=("--config",),
+    # NVIDIA's own DRA driver's name: its DeviceClass gpu.nvidia.com selects our GPUs too.
+    dra_driver_name="gpu.nvidia.com",
 )

@@ -1,0 +1,81 @@
+"""``accel-plugins generic --kubelet-api dra`` as a process, seen by the emulated kubelet.
+
+The API server is unreachable here (the API side's tests run a real one): the
+kubelet side must register and answer anyway, a claim it cannot read fails in
+that claim's ``error`` (not the RPC), and SIGTERM stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet.dra import SERVICE_V1, DraClaim
+from accel_plugins.testing import short_tempdir
+from tests.e2e.test_kubelet_admit_cli import fake_node
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "generic.accel-plugins.io"
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: nowhere
+  cluster: {server: "https://127.0.0.1:9", insecure-skip-tls-verify: true}
+users:
+- name: nobody
+  user: {token: "not-a-token"}
+contexts:
+- name: nowhere
+  context: {cluster: nowhere, user: nobody}
+current-context: nowhere
+"""
+
+
+async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
+    tmp_path: Path, watching_kubelet: Kubelet, registry_dir: Path
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    with short_tempdir("dracli-") as root:
+        argv = [
+            *fake_node(tmp_path),
+            "--kubelet-api",
+            "dra",
+            "--node-name",
+            "node-1",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--kubelet-plugins-dir",
+            str(root / "plugins"),
+            "--plugins-registry-dir",
+            str(registry_dir),
+            "--dra-cdi-spec-dir",
+            str(root / "cdi"),
+        ]
+        log = tmp_path / "plugin.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "accel_plugins.cli", *argv, cwd=ROOT, stdout=out, stderr=out
+            )
+        try:
+            await watching_kubelet.wait_for(lambda k: DRIVER in k.dra.names, timeout=20)
+            client = watching_kubelet.dra.client(DRIVER)
+            assert client.service == SERVICE_V1
+            assert client.endpoint == root / "plugins" / DRIVER / "dra.sock"
+            claim = DraClaim(namespace="default", name="c", uid="uid-1")
+            result = (await client.prepare([claim], timeout=30))["uid-1"]
+            assert "preparing failed" in result.error  # the API read failed, for this claim only
+            assert result.devices == ()
+            assert await client.unprepare([claim]) == {"uid-1": ""}
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
+            assert not (root / "plugins" / DRIVER / "dra.sock").exists()
+            await watching_kubelet.wait_for(lambda k: DRIVER not in k.dra.names)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
