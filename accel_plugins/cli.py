@@ -576,7 +576,7 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
     if dra is not None:
         from accel_plugins.dra.run import serve_dra
 
-        return asyncio.run(serve_dra(factory, dra, args.kubeconfig or None))
+        return asyncio.run(serve_dra(factory, dra, args.kubeconfig or None, metrics_address))
     settings = ManagerSettings(
         plugin_dir=args.plugin_dir,
         kubelet_socket=args.kubelet_socket,

@@ -14,8 +14,12 @@ import logging
 import signal
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
-from accel_plugins.errors import ConfigError
+from accel_plugins.errors import AccelPluginsError, ConfigError
+from accel_plugins.metrics.collectors import BackendCollector, DeviceCollector, NoAttribution
+from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
 
@@ -37,10 +41,21 @@ def api_side() -> Any:
         ) from exc
 
 
-async def serve_dra(factory: BackendFactory, settings: DraSettings, kubeconfig: str | None) -> int:
-    """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP rebuilds the backend."""
+async def serve_dra(
+    factory: BackendFactory,
+    settings: DraSettings,
+    kubeconfig: str | None,
+    metrics_address: tuple[str, int] | None = None,
+) -> int:
+    """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP rebuilds the backend.
+
+    /metrics has the device and backend series of device-plugin mode (their
+    ``resource`` label is the backend's resource name) and the API side's;
+    /healthz is 503 while the driver's socket or registration is missing.
+    """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
+    registry = CollectorRegistry(auto_describe=False)
     driver: DraDriver | None = None
 
     def describe(resource: str, device: Device) -> DraDeviceInfo:
@@ -51,9 +66,27 @@ async def serve_dra(factory: BackendFactory, settings: DraSettings, kubeconfig: 
         return DraDeviceInfo()
 
     slices = kube.KubeSlicePublisher(
-        client, driver=settings.driver_name, node=settings.node_name, describe=describe
+        client,
+        driver=settings.driver_name,
+        node=settings.node_name,
+        describe=describe,
+        registry=registry,
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
+    running = driver
+    registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
+    registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
+
+    async def problems() -> list[str]:
+        return running.problems()
+
+    metrics = MetricsServer(registry, problems)
+    if metrics_address is not None:
+        try:
+            await metrics.start(*metrics_address)
+        except OSError as exc:
+            await client.close()
+            raise AccelPluginsError(f"cannot serve metrics on {metrics_address}: {exc}") from exc
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -69,5 +102,6 @@ async def serve_dra(factory: BackendFactory, settings: DraSettings, kubeconfig: 
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        await metrics.stop()
         await client.close()
     return 0

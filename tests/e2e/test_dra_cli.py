@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -35,11 +36,28 @@ current-context: nowhere
 """
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
 async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
     tmp_path: Path, watching_kubelet: Kubelet, registry_dir: Path
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
+    port = free_port()
     with short_tempdir("dracli-") as root:
         argv = [
             *fake_node(tmp_path),
@@ -55,6 +73,8 @@ async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
             str(registry_dir),
             "--dra-cdi-spec-dir",
             str(root / "cdi"),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
         ]
         log = tmp_path / "plugin.log"
         with log.open("wb") as out:
@@ -71,6 +91,10 @@ async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
             assert "preparing failed" in result.error  # the API read failed, for this claim only
             assert result.devices == ()
             assert await client.unprepare([claim]) == {"uid-1": ""}
+            assert await http_get(port, "/healthz") == (200, "ok\n")
+            status, metrics = await http_get(port, "/metrics")
+            assert status == 200
+            assert "accel_plugins_device_healthy{" in metrics
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
             assert not (root / "plugins" / DRIVER / "dra.sock").exists()
