@@ -53,13 +53,6 @@ from accel_plugins.plugin.device import (
     Mount,
     tree,
 )
-from accel_plugins.plugin.dra_attributes import (
-    DraDescriber,
-    DraDeviceInfo,
-    DraVersion,
-    pci_attributes,
-    pcie_root,
-)
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.cdi import (
@@ -70,12 +63,33 @@ if TYPE_CHECKING:
         CdiSpecWriter,
         ContainerEdits,
     )
+    from accel_plugins.plugin.dra_attributes import (
+        DraDescriber,
+        DraDeviceInfo,
+        DraVersion,
+        pci_attributes,
+        pcie_root,
+    )
 
-# The CDI writer (and tempfile behind it) loads on first use: most plugins never
-# write a spec, and every plugin process imports this package on its way up.
+# The CDI writer (with tempfile behind it) and the DRA description load on first
+# use: most plugins use neither, and every plugin process imports this package
+# on its way up (issue 17's start-up budget).
 _LAZY = {
-    name: "accel_plugins.plugin.cdi"
-    for name in ("CdiDevice", "CdiHook", "CdiMount", "CdiSpec", "CdiSpecWriter", "ContainerEdits")
+    **{
+        name: "accel_plugins.plugin.cdi"
+        for name in (
+            "CdiDevice",
+            "CdiHook",
+            "CdiMount",
+            "CdiSpec",
+            "CdiSpecWriter",
+            "ContainerEdits",
+        )
+    },
+    **{
+        name: "accel_plugins.plugin.dra_attributes"
+        for name in ("DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root")
+    },
 }
 
 

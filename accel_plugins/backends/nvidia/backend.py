@@ -68,6 +68,7 @@ class NvidiaBackend:
         self._mps: MpsReadiness | None = None
         self.telemetry = GpuTelemetry(nvml)
         self._label_facts: LabelFacts | None = None
+        self._label_node: Node | None = None  # read on the first DRA description
         self.sys_root = Path("/sys")
 
     @property
@@ -159,7 +160,9 @@ class NvidiaBackend:
             initialised = True
             node = await asyncio.to_thread(discover, self.nvml)
             self._resources = self.build(node)
-            self._label_facts = await asyncio.to_thread(self._read_label_facts, node)
+            # Driver versions are for DRA attributes only: read when first described,
+            # not on every start on the way to the first tree.
+            self._label_node, self._label_facts = node, None
             if self.cdi is not None:
                 await asyncio.to_thread(self._write_cdi, node)
             if self._mps_resources:
@@ -211,6 +214,9 @@ class NvidiaBackend:
         """DraDescriber: NVIDIA's DRA attribute names (dra_attributes.py)."""
         from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra
 
+        if self._label_node is not None:
+            self._label_facts = self._read_label_facts(self._label_node)
+            self._label_node = None
         return describe_dra(device, self._label_facts, self.sys_root)
 
     def _write_cdi(self, node: Node) -> None:

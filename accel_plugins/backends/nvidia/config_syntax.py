@@ -23,7 +23,6 @@ is read as NVIDIA reads it, with a warning naming the spelling to write.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import math
 import re
@@ -60,6 +59,8 @@ _UNIT_SECONDS = {
 def closest(key: str, known: Collection[str]) -> str | None:
     """The known key ``key`` was most likely meant to be, or None."""
     lowered = {k.lower(): k for k in known}
+    import difflib  # only for a misspelt key's suggestion
+
     match = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
     return lowered[match[0]] if match else None
 
