@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         pci_attributes,
         pcie_root,
     )
+    from accel_plugins.plugin.dra_names import DraNamer
 
 # The CDI writer (with tempfile behind it) and the DRA description load on first
 # use: most plugins use neither, and every plugin process imports this package
@@ -90,6 +91,7 @@ _LAZY = {
         name: "accel_plugins.plugin.dra_attributes"
         for name in ("DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root")
     },
+    "DraNamer": "accel_plugins.plugin.dra_names",
 }
 
 
@@ -127,6 +129,7 @@ __all__ = [
     "DeviceTree",
     "DraDescriber",
     "DraDeviceInfo",
+    "DraNamer",
     "DraVersion",
     "Health",
     "Holders",

@@ -18,6 +18,7 @@ EXPECTED = {
     "HookError", "InvalidSnapshotError", "check_preferred_request", "natural_key",
     "prefer_fewest_numa_nodes", "spans_numa_nodes",
     "CdiSpec", "CdiDevice", "ContainerEdits", "CdiMount", "CdiHook", "CdiSpecWriter",
+    "DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root", "DraNamer",
 }  # fmt: skip
 
 
