@@ -48,6 +48,8 @@ WRITABLE_HOST_PATHS = {
     "/var/run/cdi",
     # nvidia.nfd.enabled: the Node Feature Discovery feature file the plugin keeps.
     "/etc/kubernetes/node-feature-discovery/features.d",
+    # kubeletApi dra: the DRA driver's socket and checkpoint under <dir>/<driver>/.
+    "/var/lib/kubelet/plugins",
 }
 
 
@@ -134,7 +136,10 @@ def test_pods_share_nothing_with_the_host_but_mounts(name: str) -> None:
             if not (_is_mps(ds) and field == "hostPID"):
                 assert not spec.get(field, False), field
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-        assert spec["automountServiceAccountToken"] is False
+        # Only a DRA driver talks to the API server (its own ServiceAccount, dra-rbac.yaml).
+        dra = "--kubelet-api=dra" in container(ds)["args"]
+        assert spec["automountServiceAccountToken"] is dra
+        assert ("serviceAccountName" in spec) is dra
 
 
 @pytest.mark.parametrize("name", CI_NAMES)

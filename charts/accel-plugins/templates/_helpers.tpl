@@ -129,6 +129,11 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{- end }}
 {{- end }}
 
+{{/* The DRA drivers' ServiceAccount (kubeletApi dra). Call with the root context. */}}
+{{- define "accel-plugins.draServiceAccount" -}}
+{{- printf "%s-dra" (include "accel-plugins.fullname" .) }}
+{{- end }}
+
 {{/* Values that contradict each other stop the render with a message naming the keys. */}}
 {{- define "accel-plugins.validate" -}}
 {{- $v := .Values }}

@@ -1,0 +1,232 @@
+"""kubeletApi: dra: the DRA DaemonSets, their ServiceAccount and least-privilege RBAC, and
+the DeviceClasses; the device-plugin mode renders none of it. The last tests apply the
+rendered RBAC and DeviceClasses to a real kube-apiserver (CEL compiled at create time) and
+act as the ServiceAccount."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+from tests.chart_support import (
+    NAMESPACE,
+    RELEASE,
+    Obj,
+    ci_values,
+    container,
+    daemonset,
+    helm_sdk,
+    mounts,
+    of_kind,
+    render,
+)
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+    from accel_plugins.testing.envtest import ApiServer
+
+PLUGINS = "/var/lib/kubelet/plugins"
+REGISTRY = "/var/lib/kubelet/plugins_registry"
+CDI = "/var/run/cdi"
+ACCOUNT = f"{RELEASE}-accel-plugins-dra"
+DRA_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass")
+
+
+@pytest.fixture(autouse=True)
+def _helm() -> None:
+    helm_sdk()
+
+
+@pytest.mark.parametrize(
+    ("backend", "driver"),
+    [
+        pytest.param("nvidia", "gpu.nvidia.com", id="nvidia"),
+        pytest.param("generic", "generic.accel-plugins.io", id="generic"),
+    ],
+)
+def test_dra_daemonsets_run_the_driver(backend: str, driver: str) -> None:
+    ds = daemonset(render(ci_values("dra")), backend)
+    spec = ds["spec"]["template"]["spec"]
+    plugin = container(ds)
+    args = plugin["args"]
+    for flag in (
+        "--kubelet-api=dra",
+        f"--dra-driver-name={driver}",
+        f"--kubelet-plugins-dir={PLUGINS}",
+        f"--dra-cdi-spec-dir={CDI}",
+    ):
+        assert flag in args
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == (ACCOUNT, True)
+    env = {e["name"]: e for e in plugin["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["ACCEL_PLUGINS_PLUGINS_REGISTRY_DIR"]["value"] == REGISTRY
+    found = mounts(ds)
+    for path in (PLUGINS, REGISTRY, CDI):
+        _, read_only, volume = found[path]
+        assert not read_only
+        assert volume["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+    # Nothing of the device-plugin API: no device-plugins socket dir, no pod resources.
+    assert "/var/lib/kubelet/device-plugins" not in found
+    assert "/var/lib/kubelet/pod-resources" not in found
+    assert "livenessProbe" not in plugin
+
+
+def test_rbac_is_least_privilege() -> None:
+    objects = render(ci_values("dra"))
+    (role,) = of_kind(objects, "ClusterRole").values()
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    ]
+    (binding,) = of_kind(objects, "ClusterRoleBinding").values()
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == ACCOUNT
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}
+    ]
+    assert list(of_kind(objects, "ServiceAccount")) == [ACCOUNT]
+
+
+def test_a_device_class_per_device_kind() -> None:
+    classes = of_kind(render(ci_values("dra")), "DeviceClass")
+    expressions = {
+        name: [s["cel"]["expression"] for s in c["spec"]["selectors"]]
+        for name, c in classes.items()
+    }
+    gpu = 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"]'
+    generic = (
+        'device.driver == "generic.accel-plugins.io" && '
+        'device.attributes["generic.accel-plugins.io"]'
+    )
+    assert expressions == {
+        "gpu.nvidia.com": [f'{gpu}.type == "gpu"'],
+        "mig.nvidia.com": [f'{gpu}.type == "mig"'],
+        "serial.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/serial"'],
+        "fuse.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/fuse"'],
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "classes"),
+    [
+        pytest.param({"dra": {"deviceClasses": False}}, set(), id="device-classes-off"),
+        pytest.param(
+            {"nvidia": {"draDriverName": "gpu.example.com"}},
+            {"gpu.nvidia.com", "mig.nvidia.com"},
+            id="custom-driver-name",
+        ),
+    ],
+)
+def test_device_class_options(values: dict[str, Any], classes: set[str]) -> None:
+    objects = render({"kubeletApi": "dra", **values})
+    found = of_kind(objects, "DeviceClass")
+    assert set(found) == classes
+    driver = values.get("nvidia", {}).get("draDriverName")
+    if driver:
+        assert f"--dra-driver-name={driver}" in container(daemonset(objects, "nvidia"))["args"]
+        assert all(driver in str(c["spec"]) for c in found.values())
+
+
+@pytest.mark.parametrize("name", ["defaults", "metrics", "plugin-watcher", "generic-only"])
+def test_device_plugin_mode_renders_nothing_of_dra(name: str) -> None:
+    objects = render(ci_values(name))
+    assert not [o for o in objects if o["kind"] in DRA_KINDS]
+    for ds in of_kind(objects, "DaemonSet").values():
+        assert not any(a.startswith("--kubelet-api") for a in container(ds)["args"])
+        assert PLUGINS not in mounts(ds)
+
+
+def test_one_cdi_mount_when_device_plugin_cdi_shares_the_directory() -> None:
+    values = {"kubeletApi": "dra", "nvidia": {"deviceListStrategy": "cdi-cri"}}
+    ds = daemonset(render(values), "nvidia")
+    paths = [m["mountPath"] for m in container(ds)["volumeMounts"]]
+    assert paths.count(CDI) == 1
+
+
+# -- against a real API server ----------------------------------------------------------
+
+
+def _dra_objects() -> list[Obj]:
+    return [o for o in render(ci_values("dra")) if o["kind"] in DRA_KINDS]
+
+
+async def _apply(kube: AsyncClient, objects: list[Obj]) -> None:
+    from lightkube import codecs
+    from lightkube.core.resource import GlobalResource
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    from accel_plugins.dra.kube.client import FIELD_MANAGER
+
+    namespace = Namespace(metadata=ObjectMeta(name=NAMESPACE))
+    await kube.apply(namespace, field_manager=FIELD_MANAGER)
+    for obj in objects:
+        resource = cast("GlobalResource", codecs.from_dict(obj))  # namespaced ones name theirs
+        await kube.apply(resource, field_manager=FIELD_MANAGER)
+
+
+@pytest.fixture
+async def applied(kube: AsyncClient) -> AsyncIterator[None]:
+    """The rendered DRA objects applied; the DeviceClasses deleted after (other tests
+    of the session may create gpu.nvidia.com themselves)."""
+    from lightkube.resources.resource_v1 import DeviceClass
+
+    objects = _dra_objects()
+    await _apply(kube, objects)
+    yield
+    for obj in objects:
+        if obj["kind"] == "DeviceClass":
+            await kube.delete(DeviceClass, obj["metadata"]["name"])
+
+
+@pytest.mark.usefixtures("applied")
+async def test_rendered_rbac_and_device_classes_are_accepted_by_the_api_server(
+    kube: AsyncClient,
+) -> None:
+    from lightkube.resources.resource_v1 import DeviceClass
+
+    names = {c.metadata.name async for c in kube.list(DeviceClass) if c.metadata}
+    assert {"gpu.nvidia.com", "mig.nvidia.com", "serial.accel-plugins.io"} <= names
+
+
+@pytest.mark.usefixtures("applied")
+async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
+    kube: AsyncClient, kube_node: str, accel_kube_apiserver: ApiServer
+) -> None:
+    from lightkube import ApiError, KubeConfig
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Secret, ServiceAccountToken
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    from accel_plugins.dra.kube import KubeSlicePublisher, make_client
+    from accel_plugins.plugin.device import Device, tree
+
+    token = await kube.create(
+        ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(audiences=[])),
+        ACCOUNT,
+        namespace=NAMESPACE,
+    )
+    assert token.status is not None
+    client = make_client(KubeConfig.from_dict(accel_kube_apiserver.kubeconfig(token.status.token)))
+    try:
+        publisher = KubeSlicePublisher(client, driver="generic.accel-plugins.io", node=kube_node)
+        await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty0")]}))
+        assert publisher.in_sync  # nodes get, resourceslices list/create
+        assert [c async for c in client.list(ResourceClaim, namespace="default")] == []
+        with pytest.raises(ApiError) as refused:
+            await client.get(Secret, "anything", namespace=NAMESPACE)
+        assert refused.value.status.code == 403
+    finally:
+        await client.close()
