@@ -16,15 +16,14 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accel_plugins.backends.generic.config import GenericConfig
 from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
-from accel_plugins.backends.generic.dra_attributes import UDEV_DATA
-from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
 from accel_plugins.backends.generic.eventsource import EventPaths, UdevSource
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
-from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.backends.generic.hostfs import UDEV_DATA, HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
@@ -34,9 +33,13 @@ from accel_plugins.plugin.allocation import (
     spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import Publish
-from accel_plugins.plugin.cdi import CdiSpecWriter, qualified_name, spec_of_devices
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
-from accel_plugins.plugin.dra_attributes import DraDeviceInfo
+
+if TYPE_CHECKING:
+    # CDI specs (--cdi-spec-dir) and DRA descriptions are opt-in: imported where
+    # used, they stay off the path from exec to registration (issue 17).
+    from accel_plugins.plugin.cdi import CdiSpecWriter
+    from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,11 @@ class GenericBackend:
         # Specs are rebuilt on every scan and rewritten when their text changes: a
         # directory path's nodes (devdir.py) can change while its Device does not.
         directory = self.settings.cdi_spec_dir
-        self._cdi = CdiSpecWriter(directory) if directory is not None else None
+        self._cdi: CdiSpecWriter | None = None
+        if directory is not None:
+            from accel_plugins.plugin.cdi import CdiSpecWriter
+
+            self._cdi = CdiSpecWriter(directory)
         self._feed: ChangeFeed | None = None
         self.scans = 0
         self.udev_data = UDEV_DATA  # where dra_device reads udev properties
@@ -126,6 +133,8 @@ class GenericBackend:
         for name, devices in self._discovery.scan().items():
             kind = self.resource(name)
             if self.settings.cdi_spec_dir is not None:
+                from accel_plugins.plugin.cdi import qualified_name
+
                 devices = [
                     dataclasses.replace(d, cdi_devices=(qualified_name(kind, d.id),))
                     for d in devices
@@ -135,6 +144,8 @@ class GenericBackend:
 
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
         """DraDescriber: path, udev properties, vendor/product IDs (dra_attributes.py)."""
+        from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
+
         return describe_dra(device, self._host, self.udev_data)
 
     def scan(self) -> dict[str, dict[str, Device]]:
@@ -150,6 +161,8 @@ class GenericBackend:
         """
         if self._cdi is None:
             return
+        from accel_plugins.plugin.cdi import spec_of_devices
+
         host = self._host
 
         def nodes_of(node: DeviceNode) -> list[DeviceNode]:

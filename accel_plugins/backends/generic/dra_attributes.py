@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from accel_plugins.backends.generic.discovery import UnitFacts
-from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.backends.generic.hostfs import UDEV_DATA, HostPaths
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import (
     PCIE_ROOT,
@@ -27,7 +27,6 @@ from accel_plugins.plugin.dra_attributes import (
     pcie_root,
 )
 
-UDEV_DATA = Path("/run/udev/data")
 # Properties worth selecting on, and short enough to stay within the 32 attributes
 # and 64 characters the API allows; their udev names are valid attribute names.
 UDEV_PROPERTIES = (

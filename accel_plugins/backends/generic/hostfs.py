@@ -15,6 +15,7 @@ from pathlib import Path
 
 HOST_DEV = "/dev"
 HOST_SYS = "/sys"
+UDEV_DATA = Path("/run/udev/data")  # udevd's database: one file per device
 
 
 @dataclass(frozen=True, slots=True)
