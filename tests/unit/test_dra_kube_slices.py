@@ -145,3 +145,18 @@ async def test_mig_devices_carry_profile_and_parent(run_nvidia: RunNvidia) -> No
     assert resource == f"nvidia.com/mig-{attributes['profile']}"
     assert isinstance(attributes["parentIndex"], int)
     assert "index" not in attributes
+
+
+class _Namer:
+    """Names GPUs as NVIDIA's driver does and leaves replicas out."""
+
+    def dra_device_name(self, resource: str, device: Device) -> str | None:
+        return None if device.id.endswith("::1") else f"gpu-{device.id[-1]}"
+
+
+def test_the_backends_namer_names_the_devices() -> None:
+    devices = pool_devices(
+        tree({"nvidia.com/gpu": [Device(id="GPU-a0"), Device(id="GPU-a1"), Device(id="x::1")]}),
+        namer=_Namer(),
+    )
+    assert [d.name for d in devices] == ["gpu-0", "gpu-1"]

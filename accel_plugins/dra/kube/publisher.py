@@ -31,6 +31,7 @@ from accel_plugins.dra.kube.slices import (
     same_devices,
 )
 from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.dra_names import DraNamer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ class KubeSlicePublisher:
 
     One pool named after ``node``; its slices are ``<node>-<driver>-<n>``,
     owned by the Node (whose UID is read once). ``describe`` gives each
-    device's attributes (the backend's DraDescriber). ``sleep`` is the
+    device's attributes (the backend's DraDescriber), ``namer`` its DRA name
+    (the backend's DraNamer, through ``device_names``). ``sleep`` is the
     backoff's clock (tests pass a fake one).
     """
 
@@ -55,6 +57,7 @@ class KubeSlicePublisher:
         driver: str,
         node: str,
         describe: Describe | None = None,
+        namer: DraNamer | None = None,
         registry: CollectorRegistry | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
@@ -62,6 +65,7 @@ class KubeSlicePublisher:
         self._driver = driver
         self._node = node
         self._describe = describe
+        self._namer = namer
         self._sleep = sleep
         self._identity: PoolIdentity | None = None
         self._lock = asyncio.Lock()
@@ -89,7 +93,7 @@ class KubeSlicePublisher:
         return self._wanted is not None and self._wanted is self._published
 
     async def publish(self, tree: DeviceTree) -> None:
-        self._wanted = pool_devices(tree, self._describe)
+        self._wanted = pool_devices(tree, self._describe, self._namer)
         if await self._attempt():
             return
         if self._retry is None or self._retry.done():

@@ -1,7 +1,8 @@
 """A device tree as the ResourceSlices of one node's pool (pure: no API calls).
 
 Every healthy device of every resource becomes one ``resource.k8s.io/v1``
-Device named :func:`~accel_plugins.dra.model.dra_device_name` of its ID, with
+Device under its :func:`~accel_plugins.dra.model.device_names` name (the
+backend's DraNamer, else a DNS label made from its ID), with
 the backend's attributes (:class:`~accel_plugins.plugin.dra_attributes.DraDescriber`)
 plus two of the framework's: ``resource`` (the device-plugin resource name,
 which is what a DeviceClass per resource selects on) and ``numa`` when the
@@ -34,9 +35,10 @@ from lightkube.models.resource_v1 import (
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.utils.quantity import parse_quantity
 
-from accel_plugins.dra.model import dra_device_name
+from accel_plugins.dra.model import device_names, dra_device_name
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
+from accel_plugins.plugin.dra_names import DraNamer
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,9 @@ def _fits(name: str, value: DraAttributeValue) -> bool:
     return not isinstance(text, str) or len(text) <= MAX_STRING
 
 
-def kube_device(resource: str, device: Device, info: DraDeviceInfo) -> KubeDevice:
+def kube_device(
+    resource: str, device: Device, info: DraDeviceInfo, name: str | None = None
+) -> KubeDevice:
     """One slice entry; attributes past the API's limits are dropped with a log line."""
     values: dict[str, DraAttributeValue] = {RESOURCE_ATTRIBUTE: resource}
     if len(device.numa_nodes) == 1:
@@ -85,35 +89,27 @@ def kube_device(resource: str, device: Device, info: DraDeviceInfo) -> KubeDevic
     if dropped:
         log.debug("device %s: attributes left out (API limits): %s", device.id, dropped)
     return KubeDevice(
-        name=dra_device_name(device.id),
+        name=name or dra_device_name(device.id),
         attributes={name: _attribute(value) for name, value in values.items()},
         capacity={name: DeviceCapacity(value=str(q)) for name, q in info.capacity.items()} or None,
     )
 
 
-def pool_devices(tree: DeviceTree, describe: Describe | None = None) -> list[KubeDevice]:
+def pool_devices(
+    tree: DeviceTree, describe: Describe | None = None, namer: DraNamer | None = None
+) -> list[KubeDevice]:
     """The pool's devices, healthy only, in a stable order (resource, then device ID).
 
-    A second device with a name already taken (the same ID in two resources)
-    is left out: names are unique in a pool.
+    Named by :func:`~accel_plugins.dra.model.device_names`, the mapping the
+    kubelet side reads allocation results back through (the backend's DraNamer
+    when it has one; a name taken twice keeps the first device).
     """
     describe = describe or _no_description
-    out: list[KubeDevice] = []
-    seen: set[str] = set()
-    for resource in sorted(tree):
-        for device_id in sorted(tree[resource]):
-            device = tree[resource][device_id]
-            if not device.healthy:
-                continue
-            entry = kube_device(resource, device, describe(resource, device))
-            if entry.name in seen:
-                log.warning(
-                    "%s: device %s is published under another resource", resource, entry.name
-                )
-                continue
-            seen.add(entry.name)
-            out.append(entry)
-    return out
+    return [
+        kube_device(named.resource, named.device, describe(named.resource, named.device), name)
+        for name, named in device_names(tree, namer).items()
+        if named.device.healthy
+    ]
 
 
 @dataclass(frozen=True)
