@@ -63,6 +63,7 @@ KUBELET_APIS = ("device-plugin", "dra")
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
+DEMO_COLORS = ("auto", "always", "never")  # accel_plugins.termstyle.COLOR_CHOICES
 
 # Where the common flags land in the parsed arguments: a backend option may not take these.
 COMMON_DESTS = frozenset(
@@ -377,6 +378,12 @@ def build_parser(
 
     p = sub.add_parser("demo", help="walk through a plugin and an emulated kubelet, no GPU needed")
     p.add_argument("--once", action="store_true", help="exit after the walkthrough")
+    p.add_argument(
+        "--color",
+        choices=DEMO_COLORS,
+        default="auto",
+        help="ANSI colours: auto (a terminal, unless NO_COLOR is set), always, never",
+    )
     _add_logging_flags(p)
 
     p = sub.add_parser("inspect", help="query any device plugin socket like the kubelet would")
@@ -713,7 +720,10 @@ def _run_demo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    return asyncio.run(run_demo(once=args.once, out=sys.stdout))
+    from accel_plugins.termstyle import wants_color
+
+    color = wants_color(args.color, sys.stdout, os.environ)
+    return asyncio.run(run_demo(once=args.once, out=sys.stdout, color=color))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

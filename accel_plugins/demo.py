@@ -39,10 +39,12 @@ from accel_plugins.backends.nvidia.mps_control import fake_program
 from accel_plugins.backends.nvidia.mps_daemon import Daemons
 from accel_plugins.backends.nvidia.mps_startup import daemons_for
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.demo_highlights import Highlights, next_steps
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import MetricsServer, instrumented_manager
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.podresources import PodResourcesCache
+from accel_plugins.termstyle import PLAIN, Style
 
 DEMO_CONFIG = """\
 devices:
@@ -97,8 +99,9 @@ def _demo_sharing(mps_root: Path) -> NvidiaSettings:
 
 
 class _Printer:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, style: Style = PLAIN) -> None:
         self.out = out
+        self.style = style
         self.events = False  # echo the kubelet's events (while serving, after the walkthrough)
 
     def __call__(self, text: str = "") -> None:
@@ -107,7 +110,7 @@ class _Printer:
 
     def section(self, title: str) -> None:
         self()
-        self(f"== {title} " + "=" * max(0, 66 - len(title)))
+        self(self.style.title(f"== {title} " + "=" * max(0, 66 - len(title))))
 
     def kubelet_event(self, line: str) -> None:
         if self.events:
@@ -194,27 +197,41 @@ async def run_demo(
     out: TextIO,
     dev_root: Path = Path("/dev"),
     metrics_host: str = "127.0.0.1",
+    color: bool = False,
 ) -> int:
     """Walk through registration, devices, an allocation and metrics; then serve.
 
     With ``once`` it returns after the walkthrough; otherwise it keeps serving
-    and printing the kubelet's events until cancelled (Ctrl-C).
+    and printing the kubelet's events until cancelled (Ctrl-C). ``color`` adds
+    ANSI colours (the CLI's --color decides); the text is the same without.
     """
-    demo = _Demo.set_up(_Printer(out), dev_root)
+    say = _Printer(out, Style(color))
+    demo = _Demo.set_up(say, dev_root)
+    highlights = Highlights.set_up(demo.workdir, demo.kubelet)
     demo.introduce()
     with _quiet_logs():
         try:
             await demo.start_kubelet()
             await demo.start_plugins()
+            await highlights.start()
             demo.show_registrations()
             demo.show_devices()
             await demo.allocate_demo_pod()
             demo.show_gpus()
             await demo.allocate_gpus()
+            say.section("Topology-aware allocation")
+            await highlights.topology(say, say.style)
+            say.section("Hotplug")
+            await highlights.hotplug(say, say.style)
+            say.section("GPU health: an XID, then recovery")
+            await highlights.health(say, say.style)
             await demo.show_metrics(metrics_host)
+            say.section("Next steps")
+            next_steps(say, say.style)
             await demo.finish(once)
             return 0
         finally:
+            await highlights.stop()
             await demo.tear_down()
 
 
