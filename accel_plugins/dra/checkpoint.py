@@ -111,6 +111,10 @@ class Checkpoint:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            # Saving will fail the same way, and say so in every claim's error.
+            log.error("checkpoint %s cannot be read (%s); no prepared claims kept", self.path, exc)
+            return {}
         try:
             return loads(text)
         except (ValueError, KeyError, TypeError) as exc:
