@@ -201,6 +201,7 @@ class DraDriver:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
             await self._stop_registration()
+            self.feed.close()  # health streams end now, not after the server's grace
             if self._server is not None:
                 await self._server.stop()
                 self._server = None

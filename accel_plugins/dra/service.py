@@ -192,7 +192,6 @@ class DraServer(SocketServer):
         plugin = DraPluginServicer(preparer)
         beta = DraPluginV1Beta1Servicer(plugin)
         health = DraHealthServicer(feed)
-        self.feed = feed
 
         def add(server: grpc.aio.Server) -> None:
             v1_grpc.add_DRAPluginServicer_to_server(plugin, server)
@@ -205,5 +204,6 @@ class DraServer(SocketServer):
         await self._serve()
 
     async def stop(self, grace: float = 0.5) -> None:
-        self.feed.close()
+        """Stop serving; open health streams end after ``grace`` (the driver closes the
+        feed first on shutdown, so they end at once; a socket served again keeps it)."""
         await self._stop_serving(grace)

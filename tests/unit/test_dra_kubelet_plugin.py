@@ -308,6 +308,14 @@ async def test_a_removed_socket_is_served_again(start_driver: Any) -> None:
             break
         await asyncio.sleep(0.02)
     assert (await prepare(running, v1, ref)).claims["uid-1"].error == ""
+    # The health feed outlives the server it was served by.
+    stream = running.health.NodeWatchResources(health_pb.NodeWatchResourcesRequest(), timeout=5)
+    assert [d.device.device_name for d in (await next_health(stream)).devices] == [
+        "card0",
+        "card1",
+        "card2",
+    ]
+    stream.cancel()
 
 
 # -- health ---------------------------------------------------------------------------
