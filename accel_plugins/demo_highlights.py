@@ -169,7 +169,7 @@ class Highlights:
         node = self.hotplug_dir / "ttyACM0"
         say(
             f"  A USB serial adapter appears: {node} (a symlink to /dev/null "
-            "stands in for the device node, which only root could make)"
+            "stands in for the device node, whose making needs root)"
         )
         started = time.perf_counter()
         os.symlink("/dev/null", node)
