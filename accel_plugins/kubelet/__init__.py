@@ -1,11 +1,21 @@
 """An emulation of the kubelet's device manager and a client for plugin sockets.
 
 It speaks only the public device plugin API (v1beta1) and never imports the
-plugin framework or a backend, so it can face any vendor's plugin.
+plugin framework or a backend, so it can face any vendor's plugin. DRA drivers
+its plugin watcher finds are registered in ``Kubelet.dra`` and called through
+:class:`DraClient` (the kubelet's DRA plugin API, v1 and v1beta1).
 """
 
 from accel_plugins.kubelet.allocation import AllocationRecord
 from accel_plugins.kubelet.client import PluginClient
+from accel_plugins.kubelet.dra import (
+    DraClaim,
+    DraClaimResult,
+    DraClient,
+    DraDevice,
+    DraDeviceHealth,
+    DraDrivers,
+)
 from accel_plugins.kubelet.emulator import Kubelet, serve
 from accel_plugins.kubelet.errors import (
     AllocationConflictError,
@@ -40,6 +50,12 @@ __all__ = [
     "ContainerResponse",
     "DeviceSpec",
     "DeviceState",
+    "DraClaim",
+    "DraClaimResult",
+    "DraClient",
+    "DraDevice",
+    "DraDeviceHealth",
+    "DraDrivers",
     "InsufficientDevicesError",
     "InvalidPluginAnswerError",
     "Kubelet",
