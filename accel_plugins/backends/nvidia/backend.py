@@ -17,7 +17,6 @@ from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
-from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
 from accel_plugins.errors import AllocationError, BackendError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
     from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
     from accel_plugins.backends.nvidia.node_labels import LabelFacts
+    from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class NvidiaBackend:
         self._links: LinkMatrix | None = None
         self._mps_resources: frozenset[str] = frozenset()
         self._mps: MpsReadiness | None = None
-        self.telemetry = GpuTelemetry(nvml)
+        self._telemetry: GpuTelemetry | None = None  # made on the first scrape
         self._label_facts: LabelFacts | None = None
         self._label_node: Node | None = None  # read on the first DRA description
         self.sys_root = Path("/sys")
@@ -237,7 +237,11 @@ class NvidiaBackend:
 
     def collect_metrics(self, holders: Holders) -> list[Metric]:
         """Per-GPU series for /metrics, read from NVML now (a MetricsProvider; telemetry.py)."""
-        return self.telemetry.collect(self._monitor, self._resources, holders)
+        if self._telemetry is None:
+            from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
+
+            self._telemetry = GpuTelemetry(self.nvml)
+        return self._telemetry.collect(self._monitor, self._resources, holders)
 
     def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
         mps = resource in self._mps_resources and self.settings.mps is not None

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.config import (
     NvidiaSettings,
     Overrides,
@@ -27,14 +26,13 @@ from accel_plugins.backends.nvidia.container_contract import (
     generated_mig_minors,
 )
 from accel_plugins.backends.nvidia.nvml import Pynvml
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
-from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory
 
-if TYPE_CHECKING:  # the CDI writer is imported only when a CDI strategy is set
+if TYPE_CHECKING:  # the CDI writer and the simulated node load only when asked for
     from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
+    from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +127,9 @@ def simulated_backend(
     cdi_spec_dir: str | None = None,
 ) -> Backend:
     """A backend over a simulated node (``demo``, previews); ``profile`` is a name or file."""
+    from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+    from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+
     node = load_profile(profile) if isinstance(profile, str) else profile
     settings = settings or NvidiaSettings()
     return create_backend(
@@ -143,7 +144,11 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
     """Validate now; the returned factory re-reads the config file on later calls (SIGHUP)."""
     first: list[NvidiaSettings] = [runnable_settings(options, environ)]
     simulate = options.get("simulate")
-    profile: NodeProfile | None = load_profile(simulate) if simulate else None
+    profile: NodeProfile | None = None
+    if simulate:
+        from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+
+        profile = load_profile(simulate)
     library = options.get("nvml_library")
     spec_dir = options.get("cdi_spec_dir")
 
