@@ -583,6 +583,8 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
     if dra is not None:
         from accel_plugins.dra.run import serve_dra
 
+        gc.enable()  # off since the console script started (accel_plugins.launch)
+
         return asyncio.run(serve_dra(factory, dra, args.kubeconfig or None, metrics_address))
     settings = ManagerSettings(
         plugin_dir=args.plugin_dir,
