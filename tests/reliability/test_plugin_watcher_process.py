@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.kubelet import Kubelet, PluginClient
+from accel_plugins.plugin.server import socket_name
 from tests.cli_support import run_cli
 from tests.reliability.plugin_process import (
     START_TIMEOUT,
@@ -131,7 +132,8 @@ async def test_the_emulator_command_registers_a_plugin_process(
                 line = await emulator.stdout.readline()
                 assert line, f"the emulator exited: {seen}"
                 seen.append(line.decode())
-        assert seen[-1].startswith(f"registered {node.resource} at {kubelet_dir}/accel-")
+        endpoint = kubelet_dir / socket_name(node.resource)
+        assert seen[-1].startswith(f"registered {node.resource} at {endpoint}")
     finally:
         emulator.send_signal(signal.SIGTERM)
         await asyncio.wait_for(emulator.communicate(), timeout=5.0)
