@@ -90,6 +90,18 @@ def units(count: int, *, resource: str = "example.com/serial", unhealthy: int = 
     )
 
 
+async def synced(pub: KubeSlicePublisher, devices: DeviceTree) -> None:
+    """Publish and wait for the background retry, if any.
+
+    A node identity may be refused an update of the slice it created a moment
+    before: the Node authorizer learns of new slices through a watch, so for a
+    few milliseconds it sees no relationship between the node and the slice
+    (403). The publisher retries; the chart's ServiceAccount has no such race.
+    """
+    await pub.publish(devices)
+    await pub.wait_in_sync()
+
+
 def publisher(client: AsyncClient, node: str, **kwargs: object) -> KubeSlicePublisher:
     return KubeSlicePublisher(
         client,
@@ -108,7 +120,7 @@ async def test_simulated_gpus_publish_nvidia_attributes(
     pub = publisher(
         node_client(kube_node), kube_node, driver=DRIVER_NAME, describe=backend.dra_device
     )
-    await pub.publish(recorder.latest)
+    await synced(pub, recorder.latest)
     assert pub.in_sync
 
     (only,) = await slices(kube, kube_node, DRIVER_NAME)
@@ -179,13 +191,13 @@ async def test_200_generic_devices_make_two_slices(
     kube: AsyncClient, kube_node: str, node_client: NodeClient
 ) -> None:
     pub = publisher(node_client(kube_node), kube_node)
-    await pub.publish(units(200))
+    await synced(pub, units(200))
     found = await slices(kube, kube_node, GENERIC)
     assert [len(s.spec.devices or []) for s in found] == [128, 72]
     assert {(s.spec.pool.generation, s.spec.pool.resourceSliceCount) for s in found} == {(1, 2)}
     assert devices_of(found) == [f"unit{i:03d}" for i in range(200)]
 
-    await pub.publish(units(100))  # shrinks to one slice: the second is deleted
+    await synced(pub, units(100))  # shrinks to one slice: the second is deleted
     found = await slices(kube, kube_node, GENERIC)
     assert [len(s.spec.devices or []) for s in found] == [100]
     assert found[0].spec.pool == ResourcePool(name=kube_node, generation=2, resourceSliceCount=1)
@@ -209,8 +221,8 @@ async def test_generation_bumps_on_every_change_only(
     published: int,
 ) -> None:
     pub = publisher(node_client(kube_node), kube_node)
-    await pub.publish(units(3))
-    await pub.publish(change())
+    await synced(pub, units(3))
+    await synced(pub, change())
     (only,) = await slices(kube, kube_node, GENERIC)
     assert only.spec.pool.generation == generation == pub.generation
     assert len(only.spec.devices or []) == published
@@ -220,17 +232,17 @@ async def test_restart_with_same_devices_writes_nothing(
     kube: AsyncClient, kube_node: str, node_client: NodeClient
 ) -> None:
     first = publisher(node_client(kube_node), kube_node)
-    await first.publish(units(150))
+    await synced(first, units(150))
     await first.close()  # slices stay
     before = versions(await slices(kube, kube_node, GENERIC))
 
     second = publisher(node_client(kube_node), kube_node)
-    await second.publish(units(150))
+    await synced(second, units(150))
     after = versions(await slices(kube, kube_node, GENERIC))
     assert after == before
     assert second.generation == 1
 
-    await second.publish(units(151))
+    await synced(second, units(151))
     assert second.generation == 2
 
 
@@ -267,11 +279,11 @@ async def test_hotplug_reaches_the_api_server_quickly(
 ) -> None:
     """One changed device: one slice replaced (loopback); the issue's target is 100 ms."""
     pub = publisher(node_client(kube_node), kube_node)
-    await pub.publish(units(64))
+    await synced(pub, units(64))
     timings = []
     for count in range(65, 75):
         start = time.perf_counter()
-        await pub.publish(units(count))
+        await synced(pub, units(count))
         timings.append(time.perf_counter() - start)
     timings.sort()
     p50, worst = timings[5] * 1000, timings[-1] * 1000
@@ -300,7 +312,7 @@ async def test_generic_backend_devices_with_udev_properties(
     backend = GenericBackend(config, GenericSettings(dev_root=host.dev, sys_root=host.sys))
     backend.udev_data = udev
     pub = publisher(node_client(kube_node), kube_node, describe=backend.dra_device)
-    await pub.publish(backend.scan())
+    await synced(pub, backend.scan())
     (only,) = await slices(kube, kube_node, GENERIC)
     by_path = {str(attrs(d)["path"]): attrs(d) for d in only.spec.devices or []}
     assert set(by_path) == {"/dev/ttyUSB0", "/dev/ttyUSB1", "/dev/ttyUSB2"}

@@ -4,6 +4,10 @@
 (or refuses), the newest tree is retried in the background, 1 s doubling to
 30 s, each failure counted in ``accel_plugins_dra_slice_publish_failures_total``.
 Nothing raises into the caller, so an API outage never stops the kubelet side.
+A kubelet identity (``system:node:<name>``) may also be refused an update of a
+slice it created a moment before, while the Node authorizer's graph (fed by a
+watch) has not seen the slice yet: the same retry covers it. The chart runs the
+driver under its own ServiceAccount, whose RBAC has no such lag.
 Slices are left in place by ``close``: the kubelet removes a driver's slices
 itself once the driver has been gone for a while, and a restart (same
 devices) then publishes nothing new.
