@@ -370,6 +370,12 @@ def build_parser(
     )
     parser.add_argument("--version", action="version", version=f"accel-plugins {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = backends.get(_chosen(argv) or "")
+    if chosen is not None and chosen.command is not None:
+        # A plugin starting: its parser alone. Every other subparser costs argparse
+        # a dozen gettext lookups (file stats) on the way to registration (issue 17).
+        _add_backend(sub, chosen)
+        return parser
     for backend in backends.values():
         _add_backend(sub, backend)
 
