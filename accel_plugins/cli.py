@@ -586,22 +586,24 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         if exc.name is not None and exc.name.partition(".")[0] in command.requires:
             return _not_installed(name, command, [exc.name])
         raise
+    by_flag = {option.flag: option.dest for option in command.options}
+    config_files = [
+        Path(value) for flag in command.config_files if (value := getattr(args, by_flag[flag]))
+    ]
     if dra is not None:
         from accel_plugins.dra.run import serve_dra
 
         gc.enable()  # off since the console script started (accel_plugins.launch)
 
-        return asyncio.run(serve_dra(factory, dra, args.kubeconfig or None, metrics_address))
+        return asyncio.run(
+            serve_dra(factory, dra, args.kubeconfig or None, metrics_address, config_files)
+        )
     settings = ManagerSettings(
         plugin_dir=args.plugin_dir,
         kubelet_socket=args.kubelet_socket,
         registration=args.registration,
         plugins_registry_dir=args.plugins_registry_dir,
     )
-    by_flag = {option.flag: option.dest for option in command.options}
-    config_files = [
-        Path(value) for flag in command.config_files if (value := getattr(args, by_flag[flag]))
-    ]
     return asyncio.run(
         serve(factory, settings, metrics_address, pod_resources, config_files, args.node_name)
     )

@@ -12,6 +12,8 @@ import asyncio
 import importlib
 import logging
 import signal
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -20,6 +22,7 @@ from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.metrics.collectors import BackendCollector, DeviceCollector, NoAttribution
 from accel_plugins.metrics.server import MetricsServer
+from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
 
@@ -46,8 +49,10 @@ async def serve_dra(
     settings: DraSettings,
     kubeconfig: str | None,
     metrics_address: tuple[str, int] | None = None,
+    config_files: Sequence[Path] = (),
 ) -> int:
-    """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP rebuilds the backend.
+    """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
+    ``config_files``, rebuilds the backend (kept when the new one cannot be built).
 
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
@@ -97,11 +102,14 @@ async def serve_dra(
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)
     loop.add_signal_handler(signal.SIGHUP, driver.reload)
+    config_watch = watch_configs(config_files, lambda _path: running.reload())
     try:
         await driver.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        if config_watch is not None:
+            config_watch.close()
         await metrics.stop()
         await client.close()
     return 0

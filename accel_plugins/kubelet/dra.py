@@ -13,7 +13,7 @@ with resource claims (reading them from an API server) builds on this.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,7 @@ class DraClient:
         response = await self._call("NodeUnprepareResources", request, timeout)
         return {uid: answer.error for uid, answer in response.claims.items()}
 
-    async def watch_health(self) -> AsyncIterator[list[DraDeviceHealth]]:
+    async def watch_health(self) -> AsyncGenerator[list[DraDeviceHealth], None]:
         """Each full list the driver streams (PluginCallError when it has no health service)."""
         stub: Any = health_grpc.DRAResourceHealthStub(self._channel)
         stream = stub.NodeWatchResources(health_pb.NodeWatchResourcesRequest())

@@ -36,6 +36,14 @@ current-context: nowhere
 """
 
 
+ONE_ACCEL = """
+devices:
+  - name: accel
+    groups:
+      - paths: [{path: "/dev/accel0"}]
+"""
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -91,6 +99,14 @@ async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
             assert "preparing failed" in result.error  # the API read failed, for this claim only
             assert result.devices == ()
             assert await client.unprepare([claim]) == {"uid-1": ""}
+            # A changed --config rebuilds the backend, as in device-plugin mode.
+            health = client.watch_health()
+            assert len(await anext(health)) == 4
+            (tmp_path / "generic.yaml").write_text(ONE_ACCEL)
+            while len(devices := await anext(health)) != 1:
+                pass
+            assert devices[0].health == "Healthy"
+            await health.aclose()
             assert await http_get(port, "/healthz") == (200, "ok\n")
             status, metrics = await http_get(port, "/metrics")
             assert status == 200
