@@ -47,11 +47,15 @@ class DirWatch:
     in the watched directories."""
 
     def __init__(self, callback: Callback) -> None:
-        name = ctypes.util.find_library("c") or "libc.so.6"
-        try:
-            self._libc = ctypes.CDLL(name, use_errno=True)
-        except OSError as exc:
-            raise KubeletError(f"cannot load libc for inotify: {exc}") from exc
+        # The interpreter's own symbols include the C library's; find_library would
+        # run `ldconfig -p` in a child process, so it is only the fallback.
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(self._libc, "inotify_init1"):
+            name = ctypes.util.find_library("c") or "libc.so.6"
+            try:
+                self._libc = ctypes.CDLL(name, use_errno=True)
+            except OSError as exc:
+                raise KubeletError(f"cannot load libc for inotify: {exc}") from exc
         fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
             raise KubeletError(f"inotify_init1: {os.strerror(ctypes.get_errno())}")

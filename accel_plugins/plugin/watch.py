@@ -62,6 +62,12 @@ class InotifyError(OSError):
 
 
 def _libc() -> ctypes.CDLL:
+    # The interpreter's own symbols include the C library's: no search needed.
+    # find_library runs `ldconfig -p` in a child process (a millisecond or more of
+    # start-up, issue 17); it stays as the fallback for a libc loaded otherwise.
+    process = ctypes.CDLL(None, use_errno=True)
+    if hasattr(process, "inotify_init1"):
+        return process
     name = ctypes.util.find_library("c") or "libc.so.6"
     try:
         return ctypes.CDLL(name, use_errno=True)
