@@ -26,7 +26,7 @@ def _units(count: int) -> DeviceTree:
 
 
 async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
-    from accel_plugins.testing.envtest import EnvtestUnavailable, api_server, assets
+    from tests.envtest import EnvtestUnavailable, api_server, assets
 
     try:
         assets()

@@ -1,5 +1,7 @@
-"""Fixtures for the DRA API side against the real API server (``accel_kube_apiserver``).
+"""Fixtures for the DRA API side against a real API server (tests/envtest.py).
 
+- ``kube_apiserver``: etcd and kube-apiserver for the whole session (they take
+  seconds and hundreds of MB to start), so tests work on their own node names.
 - ``kube``: an admin lightkube AsyncClient on the session's API server.
 - ``kube_node``: a Node object of a name no other test uses (one the API
   server has a kubelet token for), its slices and itself deleted at teardown.
@@ -17,12 +19,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from accel_plugins.testing.envtest import NODES
+from tests.envtest import NODES, ApiServer, EnvtestUnavailable, api_server, assets
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from accel_plugins.testing.envtest import ApiServer
 
 _names: Iterator[str] = iter(NODES)
 NodeClient = Callable[[str], "AsyncClient"]
@@ -32,20 +33,30 @@ def _lightkube() -> None:
     pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
 
+@pytest.fixture(scope="session")
+def kube_apiserver() -> Iterator[ApiServer]:
+    try:
+        assets()
+    except EnvtestUnavailable as exc:
+        pytest.skip(f"no real API server: {exc}")
+    with api_server() as started:
+        yield started
+
+
 @pytest.fixture
-async def kube(accel_kube_apiserver: ApiServer) -> AsyncIterator[AsyncClient]:
+async def kube(kube_apiserver: ApiServer) -> AsyncIterator[AsyncClient]:
     _lightkube()
     from lightkube import KubeConfig
 
     from accel_plugins.dra.kube import make_client
 
-    client = make_client(KubeConfig.from_dict(accel_kube_apiserver.kubeconfig()))
+    client = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig()))
     yield client
     await client.close()
 
 
 @pytest.fixture
-async def node_client(accel_kube_apiserver: ApiServer) -> AsyncIterator[NodeClient]:
+async def node_client(kube_apiserver: ApiServer) -> AsyncIterator[NodeClient]:
     _lightkube()
     from lightkube import KubeConfig
 
@@ -54,7 +65,7 @@ async def node_client(accel_kube_apiserver: ApiServer) -> AsyncIterator[NodeClie
     clients: list[AsyncClient] = []
 
     def make(node: str) -> AsyncClient:
-        config = KubeConfig.from_dict(accel_kube_apiserver.node_kubeconfig(node))
+        config = KubeConfig.from_dict(kube_apiserver.node_kubeconfig(node))
         clients.append(make_client(config))
         return clients[-1]
 

@@ -11,10 +11,6 @@ point, so in any project that has ``accel-plugins`` installed a test can ask for
 ``accel_kubelet``
     the kubelet emulator (:class:`accel_plugins.kubelet.Kubelet`) started on
     ``accel_plugin_dir``; ``accel_kubelet_events`` lists what it reported.
-``accel_kube_apiserver``
-    a real etcd and kube-apiserver on loopback from ``$KUBEBUILDER_ASSETS``
-    (:class:`~accel_plugins.testing.envtest.ApiServer`: URL, admin and node
-    tokens), one per test session; tests asking for it skip when it is unset.
 ``accel_serve``
     ``await accel_serve(backend_or_factory, **manager_settings)``: the backend run by
     the real framework ``Manager`` against ``accel_kubelet``; returns a
@@ -40,12 +36,10 @@ from accel_plugins.testing.host import FakeHost
 if TYPE_CHECKING:
     from accel_plugins.kubelet import Kubelet
     from accel_plugins.plugin.backend import Backend
-    from accel_plugins.testing.envtest import ApiServer
     from accel_plugins.testing.serve import ServeBackend, ServedBackend
 
 __all__ = [
     "accel_host",
-    "accel_kube_apiserver",
     "accel_kubelet",
     "accel_kubelet_events",
     "accel_plugin_dir",
@@ -80,23 +74,6 @@ def _async_fixture(function: Callable[_P, _R]) -> Callable[_P, _R]:
 def accel_host(tmp_path: Path) -> FakeHost:
     """A fake host ``/dev`` and ``/sys`` under the test's ``tmp_path / "host"``."""
     return FakeHost(tmp_path / "host")
-
-
-@pytest.fixture(scope="session")
-def accel_kube_apiserver() -> Iterator[ApiServer]:
-    """etcd and kube-apiserver (v1.34+: resource.k8s.io/v1) for the whole session.
-
-    One per session: the API server takes seconds and hundreds of MB to start.
-    Tests share it, so each works in its own namespace and node names.
-    """
-    from accel_plugins.testing.envtest import EnvtestUnavailable, api_server, assets
-
-    try:
-        assets()
-    except EnvtestUnavailable as exc:
-        pytest.skip(f"no real API server: {exc}")
-    with api_server() as started:
-        yield started
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from tests.chart_support import (
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from accel_plugins.testing.envtest import ApiServer
+    from tests.envtest import ApiServer
 
 PLUGINS = "/var/lib/kubelet/plugins"
 REGISTRY = "/var/lib/kubelet/plugins_registry"
@@ -202,7 +202,7 @@ async def test_rendered_rbac_and_device_classes_are_accepted_by_the_api_server(
 
 @pytest.mark.usefixtures("applied")
 async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
-    kube: AsyncClient, kube_node: str, accel_kube_apiserver: ApiServer
+    kube: AsyncClient, kube_node: str, kube_apiserver: ApiServer
 ) -> None:
     from lightkube import ApiError, KubeConfig
     from lightkube.models.authentication_v1 import TokenRequestSpec
@@ -219,7 +219,7 @@ async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
         namespace=NAMESPACE,
     )
     assert token.status is not None
-    client = make_client(KubeConfig.from_dict(accel_kube_apiserver.kubeconfig(token.status.token)))
+    client = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig(token.status.token)))
     try:
         publisher = KubeSlicePublisher(client, driver="generic.accel-plugins.io", node=kube_node)
         await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty0")]}))

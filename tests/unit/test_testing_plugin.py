@@ -397,7 +397,6 @@ def test_the_public_names() -> None:
         assert getattr(testing, name) is not None
     assert set(plugin.__all__) == {
         "accel_host",
-        "accel_kube_apiserver",
         "accel_kubelet",
         "accel_kubelet_events",
         "accel_plugin_dir",

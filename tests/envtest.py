@@ -8,8 +8,9 @@ identity (``system:node:<name>`` in ``system:nodes``), so the Node authorizer
 and NodeRestriction treat it as that node. TLS is the server's self-signed
 certificate; clients skip verification (loopback only).
 
-Standard library only (the SA signing key comes from ``openssl``), so this
-module costs nothing to import.
+Standard library only (the SA signing key comes from ``openssl``). It lives
+with the tests, not in the package: the package spawns no process
+(tests/security/test_no_shell.py).
 """
 
 from __future__ import annotations
