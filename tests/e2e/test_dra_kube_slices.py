@@ -297,6 +297,7 @@ async def test_generic_backend_devices_with_udev_properties(
     """Attributes from a real GenericBackend over a fake /dev and a fake udev database."""
     from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
     from accel_plugins.backends.generic.config import parse_config
+    from accel_plugins.backends.generic.eventsource import EventPaths
     from accel_plugins.testing.host import FakeHost
 
     host = FakeHost(tmp_path / "host")
@@ -309,8 +310,10 @@ async def test_generic_backend_devices_with_udev_properties(
     config = parse_config(
         "devices:\n- name: serial\n  groups:\n  - paths:\n    - path: /dev/ttyUSB*\n"
     )
-    backend = GenericBackend(config, GenericSettings(dev_root=host.dev, sys_root=host.sys))
-    backend.udev_data = udev
+    settings = GenericSettings(
+        dev_root=host.dev, sys_root=host.sys, event_paths=EventPaths(udev_data=udev)
+    )
+    backend = GenericBackend(config, settings)
     pub = publisher(node_client(kube_node), kube_node, describe=backend.dra_device)
     await synced(pub, backend.scan())
     (only,) = await slices(kube, kube_node, GENERIC)

@@ -23,7 +23,7 @@ from accel_plugins.backends.generic.devdir import expand
 from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
 from accel_plugins.backends.generic.eventsource import EventPaths, UdevSource
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
-from accel_plugins.backends.generic.hostfs import UDEV_DATA, HostPaths
+from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
@@ -101,7 +101,6 @@ class GenericBackend:
             self._cdi = CdiSpecWriter(directory)
         self._feed: ChangeFeed | None = None
         self.scans = 0
-        self.udev_data = UDEV_DATA  # where dra_device reads udev properties
 
     def resource(self, name: str) -> str:
         return resource_name(self.settings.domain, name)
@@ -146,7 +145,7 @@ class GenericBackend:
         """DraDescriber: path, udev properties, vendor/product IDs (dra_attributes.py)."""
         from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
 
-        return describe_dra(device, self._host, self.udev_data)
+        return describe_dra(device, self._host, self.settings.event_paths.udev_data)
 
     def scan(self) -> dict[str, dict[str, Device]]:
         """One full scan, vanished devices included: the tree to publish."""
