@@ -20,6 +20,7 @@ import importlib.util
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -42,8 +43,9 @@ from accel_plugins.plugin.command import ENTRY_POINT_GROUP, BackendCommand, Back
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.backend import Backend
-    from accel_plugins.plugin.manager import ManagerSettings
+    from accel_plugins.plugin.manager import Manager, ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
+    from accel_plugins.plugin.recorder import DeferredMetrics
 
 log = logging.getLogger("accel_plugins")
 
@@ -483,22 +485,24 @@ async def serve(
     ConfigMap update reaches the backend without a restart.
 
     Metrics go into a registry of this call's own; ``pod_resources`` names the
-    pods holding each device on the device and GPU series. This is what
+    pods holding each device on the device and GPU series. The metrics port is
+    bound first (a taken port fails before the kubelet hears of us), but
+    prometheus_client and the collectors load only once the kubelet has every
+    resource's devices, or after METRICS_AFTER at most: registration does not
+    wait for them (issue 17), and the events before are replayed. This is what
     ``accel-plugins <backend>`` runs after ``build``; a backend of your own
     becomes a command through an entry point (see the module docstring), not
     by calling this.
     """
-    from accel_plugins.metrics import instrumented_manager
     from accel_plugins.plugin.config_watch import watch_configs
+    from accel_plugins.plugin.manager import Manager
+    from accel_plugins.plugin.recorder import DeferredMetrics
 
-    manager, metrics = instrumented_manager(factory, settings, pod_resources, node_name)
+    listener = _metrics_listener(metrics_address) if metrics_address is not None else None
+    recorder = DeferredMetrics()
+    manager = Manager(factory, settings, metrics=recorder)
     if pod_resources is not None:
         pod_resources.touch()  # the first scrape then has pods to name
-    if metrics_address is not None:
-        try:
-            await metrics.start(*metrics_address)
-        except OSError as exc:
-            raise AccelPluginsError(f"cannot serve metrics on {metrics_address}: {exc}") from exc
     loop = asyncio.get_running_loop()
     stopping: set[asyncio.Task[None]] = set()
 
@@ -516,16 +520,68 @@ async def serve(
     # and start-up leaves almost no cyclic garbage); the console script keeps the
     # collector off until then (accel_plugins.launch).
     freezing = loop.call_later(FREEZE_HEAP_AFTER, _freeze_heap)
+    running = asyncio.ensure_future(manager.run())
+    metrics = None
     try:
-        await manager.run()
+        await _until_listed(manager, recorder, running, METRICS_AFTER)
+        if not running.done():
+            from accel_plugins.metrics import metrics_server
+
+            metrics = metrics_server(manager, recorder, pod_resources, node_name)
+            if listener is not None:
+                await metrics.start(sock=listener)
+        await running
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if config_watch is not None:
             config_watch.close()
         freezing.cancel()
-        await metrics.stop()
+        if not running.done():  # cancelled from outside
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        if metrics is not None:
+            await metrics.stop()
+        if listener is not None:
+            listener.close()
     return 0
+
+
+METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answers
+
+
+def _metrics_listener(address: tuple[str, int]) -> socket.socket:
+    """The metrics port, bound and listening now; AccelPluginsError when it cannot be."""
+    host, port = address
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((host, port), family=family, backlog=100)
+    except OSError as exc:
+        raise AccelPluginsError(f"cannot serve metrics on {address}: {exc}") from exc
+    listener.setblocking(False)
+    return listener
+
+
+async def _until_listed(
+    manager: Manager, recorder: DeferredMetrics, running: asyncio.Future[None], limit: float
+) -> None:
+    """Wait until the kubelet has opened ListAndWatch for every resource served, at most
+    ``limit`` seconds, or until the manager stops."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not running.done():
+        served = [s.resource for s in manager.status().values() if s.serving]
+        if served and recorder.streamed.issuperset(served):
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return
+        recorder.changed.clear()
+        changed: asyncio.Future[Any] = asyncio.ensure_future(recorder.changed.wait())
+        waiting: set[asyncio.Future[Any]] = {running, changed}
+        await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        changed.cancel()
 
 
 FREEZE_HEAP_AFTER = 2.0  # seconds after start; registration takes milliseconds
@@ -567,7 +623,7 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
             "--plugins-registry-dir", "", f"{args.plugin_dir} must differ from --plugin-dir"
         )
     dra = _dra_settings(args) if args.kubelet_api == "dra" else None
-    from accel_plugins.metrics import parse_address
+    from accel_plugins.metrics.address import parse_address
     from accel_plugins.plugin.manager import ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
 

@@ -49,6 +49,12 @@ class PrometheusMetrics:
             ["resource"],
             registry=registry,
         )
+        self._streams_opened = Counter(
+            f"{PREFIX}_listandwatch_streams",
+            "ListAndWatch streams the kubelet opened (one per registration it accepted).",
+            ["resource"],
+            registry=registry,
+        )
         self._registration_failures = Counter(
             f"{PREFIX}_registration_failures",
             "Register calls that failed (refused, or no kubelet); each is retried.",
@@ -99,11 +105,15 @@ class PrometheusMetrics:
         # Zero series from the first registration on: rate() then sees the first event.
         self._allocations.labels(resource)
         self._allocated_devices.labels(resource)
+        self._streams_opened.labels(resource)
         for reason in AllocationFailure:
             self._allocation_errors.labels(resource, str(reason))
 
     def registration_failed(self, resource: str) -> None:
         self._registration_failures.labels(resource).inc()
+
+    def stream_opened(self, resource: str) -> None:
+        self._streams_opened.labels(resource).inc()
 
     def kubelet_restarted(self) -> None:
         self._kubelet_restarts.inc()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 
 from prometheus_client.registry import Collector
@@ -71,8 +72,14 @@ class MetricsServer:
         self._health_timeout = health_timeout
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._handle, host, port)
+    async def start(
+        self, host: str = "", port: int = 0, *, sock: socket.socket | None = None
+    ) -> tuple[str, int]:
+        """Serve on ``host:port``, or on ``sock``, a listening socket bound earlier."""
+        if sock is not None:
+            self._server = await asyncio.start_server(self._handle, sock=sock)
+        else:
+            self._server = await asyncio.start_server(self._handle, host, port)
         bound: tuple[str, int] = self._server.sockets[0].getsockname()[:2]
         log.info("metrics on http://%s:%d/metrics", *bound)
         return bound

@@ -8,6 +8,7 @@ a recorder every call goes to :data:`NO_METRICS`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from typing import Protocol
 
@@ -52,6 +53,10 @@ class PluginMetrics(Protocol):
 
     def registration_failed(self, resource: str) -> None: ...
 
+    def stream_opened(self, resource: str) -> None:
+        """The kubelet opened ListAndWatch; its first answer is on its way."""
+        ...
+
     def kubelet_restarted(self) -> None:
         """The kubelet's socket came back as a new file: a new kubelet is running."""
         ...
@@ -81,6 +86,9 @@ class NoMetrics:
     def registration_failed(self, resource: str) -> None:
         pass
 
+    def stream_opened(self, resource: str) -> None:
+        pass
+
     def kubelet_restarted(self) -> None:
         pass
 
@@ -92,3 +100,52 @@ class NoMetrics:
 
 
 NO_METRICS: PluginMetrics = NoMetrics()
+
+
+_EVENTS = (
+    "rpc_finished",
+    "allocated",
+    "allocation_failed",
+    "registered",
+    "registration_failed",
+    "stream_opened",
+    "kubelet_restarted",
+    "server_restarted",
+    "backend_restarted",
+)
+
+
+class DeferredMetrics(NoMetrics):
+    """Keeps the framework's events until the real recorder is attached, then forwards.
+
+    A plugin process registers before it loads its metrics library (issue 17):
+    the events of those first milliseconds are kept in order and replayed into
+    the recorder given to :meth:`attach`, after which each method is the
+    recorder's own. ``streamed`` holds the resources whose ListAndWatch the
+    kubelet has opened, and ``changed`` is set at each such event (event loop
+    only), so the caller can wait until the kubelet has the devices.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[tuple[str, tuple[object, ...]]] = []
+        self.streamed: set[str] = set()
+        self.changed = asyncio.Event()
+        for name in _EVENTS:
+            setattr(self, name, self._holder(name))
+
+    def _holder(self, name: str) -> object:
+        def hold(*args: object) -> None:
+            self._held.append((name, args))
+            if name == "stream_opened":
+                self.streamed.add(str(args[0]))
+                self.changed.set()
+
+        return hold
+
+    def attach(self, recorder: PluginMetrics) -> None:
+        """Replay what was held into ``recorder`` and forward everything from now on."""
+        for name in _EVENTS:
+            setattr(self, name, getattr(recorder, name))
+        held, self._held = self._held, []
+        for name, args in held:
+            getattr(recorder, name)(*args)

@@ -157,6 +157,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     ) -> AsyncIterator[pb.ListAndWatchResponse]:
         sent = -1
         self.open_streams += 1
+        self.metrics.stream_opened(self.resource)
         try:
             while not self._closed:
                 if sent != self._generation:

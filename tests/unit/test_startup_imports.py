@@ -15,10 +15,15 @@ import pytest
 
 RUN_PATH = (
     "accel_plugins.cli",
-    "accel_plugins.metrics",
+    "accel_plugins.metrics.address",
+    "accel_plugins.plugin.config_watch",
     "accel_plugins.plugin.manager",
     "accel_plugins.plugin.podresources",
+    "accel_plugins.plugin.recorder",
 )
+
+# Metrics load once the kubelet has the devices (cli.serve): registration never waits for them.
+METRICS = ("prometheus_client", "accel_plugins.metrics.collectors", "accel_plugins.metrics.wiring")
 
 NOT_BEFORE_SERVING = {
     "nvidia": (
@@ -38,12 +43,14 @@ NOT_BEFORE_SERVING = {
         "accel_plugins.plugin.dra_attributes",
         "accel_plugins.dra",
         "difflib",
+        *METRICS,
     ),
     "generic": (
         "accel_plugins.plugin.cdi",
         "accel_plugins.backends.generic.dra_attributes",
         "accel_plugins.plugin.dra_attributes",
         "accel_plugins.dra",
+        *METRICS,
     ),
 }
 
