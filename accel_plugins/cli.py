@@ -554,8 +554,9 @@ METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answ
 def _metrics_listener(address: tuple[str, int]) -> socket.socket:
     """The metrics port, bound and listening now; AccelPluginsError when it cannot be."""
     host, port = address
+    # No getaddrinfo: it loads the IDNA codec (stringprep and all) for any host name.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         listener = socket.create_server((host, port), family=family, backlog=100)
     except OSError as exc:
         raise AccelPluginsError(f"cannot serve metrics on {address}: {exc}") from exc

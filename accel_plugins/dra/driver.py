@@ -37,8 +37,8 @@ from accel_plugins.plugin.backend import Allocator, Backend
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree, Health
 from accel_plugins.plugin.dra_names import DraNamer
-from accel_plugins.plugin.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, RegistrationServer
-from accel_plugins.plugin.registration import Backoff
+from accel_plugins.plugin.plugin_watcher import RegistrationServer
+from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
 from accel_plugins.plugin.server import ServeError
 from accel_plugins.plugin.snapshot import check_snapshot
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError

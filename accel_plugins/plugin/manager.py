@@ -27,9 +27,8 @@ from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device, DeviceTree, Health
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
-from accel_plugins.plugin.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, WatchedResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
-from accel_plugins.plugin.registration import Backoff
+from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
 from accel_plugins.plugin.reloads import ReloadStatus
 from accel_plugins.plugin.server import ServeError, socket_name
 from accel_plugins.plugin.snapshot import check_snapshot
@@ -374,6 +373,10 @@ class Manager:
         )
         backoff = Backoff(settings.backoff_initial, settings.backoff_max)
         if settings.plugin_watcher:
+            # Imported only in that mode: the registration service and its protos
+            # are not on the default path to registration (issue 17).
+            from accel_plugins.plugin.plugin_watcher import WatchedResourcePlugin
+
             return WatchedResourcePlugin(
                 *args,
                 kubelet_identity=self._kubelet_identity,

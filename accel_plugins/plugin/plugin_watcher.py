@@ -36,7 +36,6 @@ from accel_plugins.plugin.server import ServeError, SocketServer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 # The kubelet's handler key for device plugins (pluginregistration/v1 constants).
 PLUGIN_TYPE = "DevicePlugin"
 

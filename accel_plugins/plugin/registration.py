@@ -12,6 +12,8 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.errors import RegistrationError
 
 API_VERSION = "v1beta1"
+# Where the kubelet's plugin watcher looks for registration sockets (plugin-watcher mode).
+DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 
 
 async def register(

@@ -24,6 +24,8 @@ RUN_PATH = (
 
 # Metrics load once the kubelet has the devices (cli.serve): registration never waits for them.
 METRICS = ("prometheus_client", "accel_plugins.metrics.collectors", "accel_plugins.metrics.wiring")
+# Plugin-watcher registration (another mode) and the IDNA codec (getaddrinfo on a host name).
+ELSEWHERE = ("accel_plugins.plugin.plugin_watcher", "encodings.idna")
 
 NOT_BEFORE_SERVING = {
     "nvidia": (
@@ -44,6 +46,7 @@ NOT_BEFORE_SERVING = {
         "accel_plugins.dra",
         "difflib",
         *METRICS,
+        *ELSEWHERE,
     ),
     "generic": (
         "accel_plugins.plugin.cdi",
@@ -51,6 +54,7 @@ NOT_BEFORE_SERVING = {
         "accel_plugins.plugin.dra_attributes",
         "accel_plugins.dra",
         *METRICS,
+        *ELSEWHERE,
     ),
 }
 
