@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import stat
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -76,7 +75,7 @@ FEATURE_ENVS = (
     ("NVIDIA_MOFED", "mofed_enabled"),
 )
 MIG_MINORS_FILE = "/proc/driver/nvidia-caps/mig-minors"
-_RESPONSE_NAMESPACE = uuid.UUID("0b7e9b4c-64a5-4d0e-9a38-4f2b7f1d9e11")
+_RESPONSE_NAMESPACE = "0b7e9b4c-64a5-4d0e-9a38-4f2b7f1d9e11"  # a uuid5 namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +238,9 @@ def container_allocation(
         *(f"{CDI_IMEX_KIND}={c}" for c in channels),
     )
     if CDI_ANNOTATIONS in strategies and names:  # no names, no annotation (as NVIDIA)
-        response = uuid.uuid5(_RESPONSE_NAMESPACE, ",".join(ids))
+        import uuid  # only for cdi-annotations answers; off the start path
+
+        response = uuid.uuid5(uuid.UUID(_RESPONSE_NAMESPACE), ",".join(ids))
         key = f"{settings.cdi_annotation_prefix}{CDI_ANNOTATION_PLUGIN}_{response}"
         annotations[key] = ",".join(names)
     if CDI_CRI in strategies:
