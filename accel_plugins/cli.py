@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -150,6 +150,12 @@ def _load(backend: InstalledBackend) -> InstalledBackend:
     taken = sorted(option.flag for option in command.options if option.dest in COMMON_DESTS)
     if taken:
         return replace(backend, problem=f"options {', '.join(taken)} clash with common flags")
+    common = {"--" + dest.replace("_", "-") for dest in COMMON_DESTS}
+    odd = sorted(set(command.common_aliases) - common)
+    odd += sorted(a for v in command.common_aliases.values() for a in v if a in common)
+    if odd:
+        problem = f"common_aliases {', '.join(odd)}: not an alias of a common flag"
+        return replace(backend, problem=problem)
     return replace(backend, command=command)
 
 
@@ -186,6 +192,7 @@ def add_options(parser: argparse.ArgumentParser, options: Iterable[Option]) -> N
             choices=option.choices or None,
             metavar=option.metavar,
             aliases=option.aliases,
+            repeat=option.repeat,
         )
 
 
@@ -338,6 +345,22 @@ def _wanted(argv: Sequence[str]) -> Callable[[str], bool]:
     return lambda name: True
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser; a backend's ``common_aliases`` become more spellings of the
+    common flags (squat's ``--plugin-directory`` for ``--plugin-dir``)."""
+
+    def __init__(
+        self, *args: Any, common_aliases: Mapping[str, tuple[str, ...]] | None = None, **kw: Any
+    ) -> None:
+        # Set first: ArgumentParser.__init__ already adds -h through add_argument.
+        self.common_aliases = dict(common_aliases or {})
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        more = [alias for name in names for alias in self.common_aliases.get(name, ())]
+        return super().add_argument(*names, *more, **kwargs)
+
+
 def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     command = backend.command
     if command is None:
@@ -345,7 +368,12 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
         kwargs = {"help": f"unavailable: {backend.problem}"} if backend.problem else {}
         sub.add_parser(backend.name, **kwargs)
         return
-    p = sub.add_parser(backend.name, help=command.summary, description=command.summary)
+    p = sub.add_parser(
+        backend.name,
+        help=command.summary,
+        description=command.summary,
+        common_aliases=command.common_aliases,
+    )
     # NVIDIA's plugin reads KUBELET_SOCKET too; ours wins when both are set.
     _add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
     _add_registration_flags(p)
@@ -371,7 +399,9 @@ def build_parser(
         "each with its ACCEL_PLUGINS_<FLAG> environment twin.",
     )
     parser.add_argument("--version", action="version", version=f"accel-plugins {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
+    )
     chosen = backends.get(_chosen(argv) or "")
     if chosen is not None and chosen.command is not None:
         # A plugin starting: its parser alone. Every other subparser costs argparse

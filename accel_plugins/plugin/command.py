@@ -57,11 +57,18 @@ class Option:
     metavar: str | None = None
     aliases: tuple[str, ...] = ()
     """Other spellings of the flag (a vendor's own names, ``--driver-root``); same value."""
+    repeat: bool = False
+    """The flag may be given many times (``--device A --device B``); its value is then the
+    tuple of the converted values in order, ``default`` (a tuple) when none is given. Its
+    environment twins hold a YAML list, one item per value (an item that is not a string is
+    passed on as its JSON text); values on the command line replace that list."""
 
     def __post_init__(self) -> None:
         for flag in (self.flag, *self.aliases):
             if not _FLAG_RE.fullmatch(flag):
                 raise ValueError(f"option {flag!r}: flags are spelled --lower-case-name")
+        if self.repeat and not isinstance(self.default, tuple):
+            raise ValueError(f"option {self.flag!r}: a repeated option's default is a tuple")
 
     @property
     def dest(self) -> str:
@@ -104,6 +111,9 @@ class BackendCommand:
     without a restart, as on SIGHUP. ``dra_driver_name`` is the default of
     ``--dra-driver-name`` (a DNS subdomain; empty: ``<command>.accel-plugins.io``),
     the driver name claims and DeviceClasses select in ``--kubelet-api dra``.
+    ``common_aliases`` gives common flags other spellings in this command only, as
+    ``{"--plugin-dir": ("--plugin-directory",)}``: a vendor's own names, so its
+    DaemonSet's arguments run unchanged.
     """
 
     summary: str
@@ -114,6 +124,9 @@ class BackendCommand:
     install: str = ""
     config_files: tuple[str, ...] = ()
     dra_driver_name: str = ""
+    common_aliases: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     def __post_init__(self) -> None:
         dests = [option.dest for option in self.options]
@@ -124,6 +137,13 @@ class BackendCommand:
         unknown = sorted(set(self.config_files) - flags)
         if unknown:
             raise ValueError(f"config_files names no option: {', '.join(unknown)}")
+        for flag in (*self.common_aliases, *(a for v in self.common_aliases.values() for a in v)):
+            if not _FLAG_RE.fullmatch(flag):
+                raise ValueError(f"common_aliases {flag!r}: flags are spelled --lower-case-name")
+        spelled = {f for option in self.options for f in (option.flag, *option.aliases)}
+        clash = sorted(spelled & {a for v in self.common_aliases.values() for a in v})
+        if clash:
+            raise ValueError(f"common_aliases spell options of the command: {', '.join(clash)}")
 
     def default_dra_driver_name(self, command: str) -> str:
         """The DRA driver name when ``--dra-driver-name`` is not given."""

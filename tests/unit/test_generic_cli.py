@@ -104,7 +104,7 @@ def test_config_is_required() -> None:
     with pytest.raises(ConfigError) as caught:
         build()
     assert str(caught.value) == (
-        "--config: required: the devices to expose (or set ACCEL_PLUGINS_CONFIG)"
+        "--config: required unless --device gives the devices (or set ACCEL_PLUGINS_CONFIG)"
     )
 
 

@@ -6,29 +6,51 @@ below mirror constants of the heavy modules (backend.py, health.py,
 monitor.py); tests/unit/test_cli_backends.py keeps them equal.
 
 Every flag has an environment twin (``--dev-root`` / ``ACCEL_PLUGINS_DEV_ROOT``).
-The default domain is ``accel-plugins.io``; pass ``--domain squat.ai`` to keep
-the resource names of squat's generic-device-plugin when replacing it.
+squat's generic-device-plugin's flags are taken as it spells them (its config.go,
+commit 179b1fe): ``--device`` (repeated), ``--domain``, ``--config``, and
+``--plugin-directory`` / ``--listen`` for our ``--plugin-dir`` / ``--metrics-address``,
+so its DaemonSet's container args run unchanged. The domain is ``--domain``, else
+the config file's ``domain``, else squat's ``squat.ai`` when ``--device`` gives the
+devices (squat's resource names), else ``accel-plugins.io``.
 """
 
 from __future__ import annotations
+
+from types import MappingProxyType
 
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
 
 UDEV_SOURCES = ("auto", "udev", "kernel", "off")
+# squat's default --domain (config.go's defaultDomain).
+SQUAT_DOMAIN = "squat.ai"
+# squat's spellings of our common flags (config.go). Its --listen serves its own /health
+# and metrics; ours /healthz and accel_plugins_* (README, "Migrating from squat's ...").
+SQUAT_FLAGS = MappingProxyType(
+    {"--plugin-dir": ("--plugin-directory",), "--metrics-address": ("--listen",)}
+)
 DEFAULT_RESCAN_INTERVAL = 5.0
 DEFAULT_VANISHED_GRACE = 300.0
 
 OPTIONS = (
     Option(
         "--config",
-        "YAML file listing the devices to expose (squat's format plus udev matchers); required",
+        "YAML file listing the devices to expose (squat's format plus udev matchers); "
+        "required unless --device is given",
         metavar="FILE",
     ),
     Option(
+        "--device",
+        "one device to expose, YAML or JSON as in a config file's list (squat's flag; "
+        "repeat it for more); replaces the config file's devices",
+        default=(),
+        metavar="SPEC",
+        repeat=True,
+    ),
+    Option(
         "--domain",
-        "domain of the resource names (<domain>/<name>); squat's plugin uses squat.ai",
-        default=DEFAULT_DOMAIN,
+        "domain of the resource names (<domain>/<name>) [default: the config file's "
+        f"domain, else {SQUAT_DOMAIN} with --device (squat's), else {DEFAULT_DOMAIN}]",
     ),
     Option(
         "--dev-root",
@@ -89,4 +111,5 @@ COMMAND = BackendCommand(
     requires=("pyudev",),
     extra="generic",
     config_files=("--config",),
+    common_aliases=SQUAT_FLAGS,
 )

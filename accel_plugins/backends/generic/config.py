@@ -32,14 +32,15 @@ Zero for ``count`` or ``limit`` means the default (1), as in squat.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
 from accel_plugins import yamlfile
-from accel_plugins.backends.generic.names import name_problem
+from accel_plugins.backends.generic.names import domain_problem, name_problem
 from accel_plugins.configfields import PLAIN, Fields, plain_kind
+from accel_plugins.errors import ConfigError
 
 DEFAULT_PERMISSIONS = "mrw"
 USB_PERMISSIONS = "rw"
@@ -52,6 +53,9 @@ OUTSIDE_DEV_KEY = "allowMountPathOutsideDev"
 HOST_OUTSIDE_DEV_KEY = "allowHostPathOutsideDev"
 # squat's own key for the device list; its config file takes "devices" as an alias (config.go).
 SQUAT_DEVICES_KEY = "device"
+# squat's flag for one device (repeated); its values replace the file's list (viper: a flag
+# that was set wins over the config file).
+DEVICE_FLAG = "--device"
 
 _GLOB_CHARS = frozenset("*?[")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -124,28 +128,69 @@ class DeviceSpec:
 
 @dataclass(frozen=True, slots=True)
 class GenericConfig:
+    """``domain`` is the file's own (squat's viper reads the key); None when it has none."""
+
     devices: tuple[DeviceSpec, ...]
     source: str = "<config>"
+    domain: str | None = None
 
 
 # -- reading -------------------------------------------------------------------
 
 
-def load_config(path: Path | str) -> GenericConfig:
-    """Read and validate a config file; raises ConfigError on any problem."""
-    return parse_config(yamlfile.read_text(path, "the file"), str(path))
+def load_config(path: Path | str, *, devices_required: bool = True) -> GenericConfig:
+    """Read and validate a config file; raises ConfigError on any problem.
+
+    ``devices_required=False``: ``--device`` flags give the devices, so the file
+    may hold only its ``domain`` (its devices, if any, are checked and then replaced).
+    """
+    return parse_config(
+        yamlfile.read_text(path, "the file"), str(path), devices_required=devices_required
+    )
 
 
-def parse_config(text: str, source: str = "<config>") -> GenericConfig:
+def parse_config(
+    text: str, source: str = "<config>", *, devices_required: bool = True
+) -> GenericConfig:
     data = yamlfile.parse(text, source, strict=True, invalid="invalid YAML")
-    return _Reader(source).config(data)
+    return _Reader(source).config(data, devices_required=devices_required)
+
+
+def parse_device_flags(values: Sequence[str]) -> tuple[DeviceSpec, ...]:
+    """squat's ``--device`` values, each one device as YAML or JSON (config.go reads each
+    with ghodss/yaml into a DeviceSpec); ConfigError names ``--device[i]``, the field and
+    the reason."""
+    devices: list[DeviceSpec] = []
+    seen: dict[str, int] = {}
+    for i, text in enumerate(values):
+        source = f"{DEVICE_FLAG}[{i}]"
+        data = yamlfile.parse(text, source, strict=True, invalid="invalid YAML")
+        if data is None:
+            raise ConfigError(source, "", "empty; expected one device (name and groups)")
+        spec = _Reader(source, json_usb_ids=True).device(data, "")
+        if spec.name in seen:
+            reason = f"{spec.name!r} is already used by {DEVICE_FLAG}[{seen[spec.name]}]"
+            raise ConfigError(source, "name", reason)
+        seen[spec.name] = i
+        devices.append(spec)
+    return tuple(devices)
 
 
 class _Reader(Fields):
-    """Walks the parsed YAML, remembering the field path for error messages."""
+    """Walks the parsed YAML, remembering the field path for error messages.
 
-    def __init__(self, source: str) -> None:
+    ``json_usb_ids``: read an unquoted USB ID as squat's ``--device`` path does: the
+    YAML number becomes JSON text and USBID.UnmarshalJSON parses those digits as hex
+    (``vendor: 1209`` is 0x1209). Its config file (mapstructure) has no such rule.
+    """
+
+    def __init__(self, source: str, *, json_usb_ids: bool = False) -> None:
         super().__init__(source, wording=PLAIN)
+        self.json_usb_ids = json_usb_ids
+
+    def fail(self, where: str, reason: str) -> ConfigError:
+        # A device read as a document of its own (a --device value) has fields ".name".
+        return super().fail(where.removeprefix("."), reason)
 
     # -- values of this format --
 
@@ -191,18 +236,29 @@ class _Reader(Fields):
 
     # -- the document --
 
-    def config(self, data: object) -> GenericConfig:
+    def config(self, data: object, *, devices_required: bool = True) -> GenericConfig:
         if data is None:
+            if not devices_required:
+                return GenericConfig((), self.source)
             raise self.fail("", "the file is empty; expected a mapping with a 'devices' list")
-        # squat's config file (viper) reads "device" and its alias "devices" alike.
-        top = self.mapping(data, "", ("devices", SQUAT_DEVICES_KEY))
+        # squat's config file (viper) reads "device" and its alias "devices" alike, and
+        # "domain" when no --domain flag (nor DOMAIN variable) is set.
+        top = self.mapping(data, "", ("devices", SQUAT_DEVICES_KEY, "domain"))
         if "devices" in top and SQUAT_DEVICES_KEY in top:
             raise self.fail("", "has both devices and device (the same list in squat's format)")
+        domain = None
+        if "domain" in top:
+            domain = self.string(top["domain"], "domain")
+            problem = domain_problem(domain)
+            if problem:
+                raise self.fail("domain", problem)
         key = SQUAT_DEVICES_KEY if SQUAT_DEVICES_KEY in top else "devices"
         if key not in top:
+            if not devices_required:
+                return GenericConfig((), self.source, domain)
             raise self.fail("devices", "missing (a list of devices to expose)")
         items = self.sequence(top[key], key)
-        if not items:
+        if not items and devices_required:
             raise self.fail(key, "must list at least one device")
         devices: list[DeviceSpec] = []
         seen: dict[str, int] = {}
@@ -215,7 +271,7 @@ class _Reader(Fields):
                 )
             seen[spec.name] = i
             devices.append(spec)
-        return GenericConfig(tuple(devices), self.source)
+        return GenericConfig(tuple(devices), self.source, domain)
 
     def device(self, value: object, where: str) -> DeviceSpec:
         raw = self.mapping(value, where, ("name", "groups"))
@@ -325,6 +381,8 @@ class _Reader(Fields):
         )
 
     def usb_id(self, value: object, where: str) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and self.json_usb_ids:
+            value = str(value)
         if isinstance(value, int) and not isinstance(value, bool):
             # YAML reads `1209` as decimal and `0x0f` as 15: the hex digits are lost.
             raise self.fail(where, f'quote USB IDs so YAML keeps their hex digits ("{value}")')

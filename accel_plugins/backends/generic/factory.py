@@ -6,32 +6,48 @@ command runs (it pulls in pyudev and YAML).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
-from accel_plugins.backends.generic.config import GenericConfig, load_config
+from accel_plugins.backends.generic.command import SQUAT_DOMAIN
+from accel_plugins.backends.generic.config import (
+    DEVICE_FLAG,
+    GenericConfig,
+    load_config,
+    parse_device_flags,
+)
 from accel_plugins.backends.generic.eventsource import UdevSource
-from accel_plugins.backends.generic.names import domain_problem
+from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, domain_problem
 from accel_plugins.errors import ConfigError
 from accel_plugins.flags import env_name
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory, InUse
 
+log = logging.getLogger(__name__)
+
 
 def settings_from_options(options: Mapping[str, Any]) -> GenericSettings:
-    """The backend's settings; ConfigError names the flag of a bad value."""
-    problem = domain_problem(options["domain"])
-    if problem:
-        raise ConfigError("--domain", "", problem)
+    """The backend's settings; ConfigError names the flag of a bad value.
+
+    Without ``--domain`` the domain is the default here; :func:`backend_factory`
+    puts the config file's (or squat's, with ``--device``) in its place.
+    """
+    domain = options.get("domain")
+    if domain is not None:
+        problem = domain_problem(domain)
+        if problem:
+            raise ConfigError("--domain", "", problem)
     for flag in ("--rescan-interval", "--vanished-grace"):
         value = options[flag[2:].replace("-", "_")]
         if not value > 0:
             raise ConfigError(flag, "", f"must be a positive number of seconds, got {value}")
     cdi_spec_dir = options["cdi_spec_dir"]
     return GenericSettings(
-        domain=options["domain"],
+        domain=DEFAULT_DOMAIN if domain is None else domain,
         dev_root=Path(options["dev_root"]),
         sys_root=Path(options["sys_root"]),
         cdi_spec_dir=Path(cdi_spec_dir) if cdi_spec_dir else None,
@@ -44,20 +60,47 @@ def settings_from_options(options: Mapping[str, Any]) -> GenericSettings:
 def backend_factory(options: Mapping[str, Any], in_use: InUse | None = None) -> BackendFactory:
     """Validate flags and config now; return what builds a backend (again on SIGHUP).
 
-    Raises ConfigError for a missing or bad config file, so the command exits
-    before touching the kubelet. Each later call re-reads the file. ``in_use``
-    tells the backend which devices pods hold (the kubelet's PodResources API).
+    Raises ConfigError for a missing or bad config file or ``--device`` value, so
+    the command exits before touching the kubelet. Each later call re-reads the
+    file. ``in_use`` tells the backend which devices pods hold (the kubelet's
+    PodResources API).
+
+    squat's precedence (viper, config.go): ``--device`` values replace the file's
+    devices; ``--domain`` (or its env twin) wins over the file's ``domain``.
     """
-    if not options.get("config"):
+    flagged = parse_device_flags(options.get("device") or ())
+    path = Path(options["config"]) if options.get("config") else None
+    if path is None and not flagged:
         raise ConfigError(
-            "--config", "", f"required: the devices to expose (or set {env_name('--config')})"
+            "--config",
+            "",
+            f"required unless {DEVICE_FLAG} gives the devices (or set {env_name('--config')})",
         )
-    path = Path(options["config"])
     settings = settings_from_options(options)
-    first: list[GenericConfig] = [load_config(path)]
+    chosen = options.get("domain")
+    # squat's default domain comes with squat's way of naming devices.
+    fallback = SQUAT_DOMAIN if flagged else DEFAULT_DOMAIN
+
+    def load() -> GenericConfig:
+        if path is None:
+            return GenericConfig(flagged, DEVICE_FLAG)
+        config = load_config(path, devices_required=not flagged)
+        if not flagged:
+            return config
+        if config.devices:
+            log.warning(
+                "%s: its %d device(s) are not used: %s flags replace them (as in squat's plugin)",
+                path,
+                len(config.devices),
+                DEVICE_FLAG,
+            )
+        return replace(config, devices=flagged)
+
+    first: list[GenericConfig] = [load()]
 
     def factory() -> Backend:
-        config = first.pop() if first else load_config(path)
-        return GenericBackend(config, settings, in_use=in_use)
+        config = first.pop() if first else load()
+        domain = chosen if chosen is not None else config.domain or fallback
+        return GenericBackend(config, replace(settings, domain=domain), in_use=in_use)
 
     return factory
