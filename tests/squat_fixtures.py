@@ -1,11 +1,14 @@
-"""squat's generic-device-plugin as its users run it: the shipped DaemonSet's device list.
+"""squat's generic-device-plugin as its users run it: the shipped DaemonSet's container args.
 
-``DAEMONSET_DEVICE_ARGS`` is the text of every ``--device`` argument of
-manifests/generic-device-plugin.yaml in github.com/squat/generic-device-plugin
-(commit 179b1fe), each YAML document exactly as shipped (indentation removed).
-squat reads each with sigs.k8s.io/yaml into a DeviceSpec; a config file holds
-the same entries under ``devices`` (viper's alias of ``device``). Our chart
-takes that list as ``devices`` and our config file as ``devices`` too.
+``DAEMONSET_CONTAINER_ARGS`` is the ``args`` list of the container in
+manifests/generic-device-plugin.yaml of github.com/squat/generic-device-plugin
+(commit 179b1fe), copied verbatim (the manifest's text, read as YAML as kubectl
+reads it): five ``--device`` flags, each a YAML document, and nothing else (no
+host path to replace: the devices' /dev paths go through our ``--dev-root``).
+squat reads each value with ghodss/yaml into a DeviceSpec (config.go); a config
+file holds the same entries under ``devices`` (viper's alias of ``device``). Our
+chart takes that list as ``devices``, our config file as ``devices`` too, and
+``accel-plugins generic`` takes the args themselves.
 """
 
 from __future__ import annotations
@@ -17,66 +20,76 @@ import yaml
 
 from accel_plugins import testing
 
-DAEMONSET_DEVICE_ARGS = (
-    """\
-name: serial
-groups:
-  - paths:
-      - path: /dev/ttyUSB*
-  - paths:
-      - path: /dev/ttyACM*
-  - paths:
-      - path: /dev/tty.usb*
-  - paths:
-      - path: /dev/cu.*
-  - paths:
-      - path: /dev/cuaU*
-  - paths:
-      - path: /dev/rfcomm*
-""",
-    """\
-name: video
-groups:
-  - paths:
-      - path: /dev/video0
-""",
-    """\
-name: fuse
-groups:
-  - count: 10
-    paths:
-      - path: /dev/fuse
-""",
-    """\
-name: audio
-groups:
-  - count: 10
-    paths:
-      - path: /dev/snd
-""",
-    """\
-name: capture
-groups:
-  - paths:
-      - path: /dev/snd/controlC0
-      - path: /dev/snd/pcmC0D0c
-  - paths:
-      - path: /dev/snd/controlC1
-        mountPath: /dev/snd/controlC0
-      - path: /dev/snd/pcmC1D0c
-        mountPath: /dev/snd/pcmC0D0c
-  - paths:
-      - path: /dev/snd/controlC2
-        mountPath: /dev/snd/controlC0
-      - path: /dev/snd/pcmC2D0c
-        mountPath: /dev/snd/pcmC0D0c
-  - paths:
-      - path: /dev/snd/controlC3
-        mountPath: /dev/snd/controlC0
-      - path: /dev/snd/pcmC3D0c
-        mountPath: /dev/snd/pcmC0D0c
-""",
+# Verbatim from the manifest (its indentation kept), the container's args only.
+_MANIFEST_ARGS = """\
+        args:
+        - --device
+        - |
+          name: serial
+          groups:
+            - paths:
+                - path: /dev/ttyUSB*
+            - paths:
+                - path: /dev/ttyACM*
+            - paths:
+                - path: /dev/tty.usb*
+            - paths:
+                - path: /dev/cu.*
+            - paths:
+                - path: /dev/cuaU*
+            - paths:
+                - path: /dev/rfcomm*
+        - --device
+        - |
+          name: video
+          groups:
+            - paths:
+                - path: /dev/video0
+        - --device
+        - |
+          name: fuse
+          groups:
+            - count: 10
+              paths:
+                - path: /dev/fuse
+        - --device
+        - |
+          name: audio
+          groups:
+            - count: 10
+              paths:
+                - path: /dev/snd
+        - --device
+        - |
+          name: capture
+          groups:
+            - paths:
+                - path: /dev/snd/controlC0
+                - path: /dev/snd/pcmC0D0c
+            - paths:
+                - path: /dev/snd/controlC1
+                  mountPath: /dev/snd/controlC0
+                - path: /dev/snd/pcmC1D0c
+                  mountPath: /dev/snd/pcmC0D0c
+            - paths:
+                - path: /dev/snd/controlC2
+                  mountPath: /dev/snd/controlC0
+                - path: /dev/snd/pcmC2D0c
+                  mountPath: /dev/snd/pcmC0D0c
+            - paths:
+                - path: /dev/snd/controlC3
+                  mountPath: /dev/snd/controlC0
+                - path: /dev/snd/pcmC3D0c
+                  mountPath: /dev/snd/pcmC0D0c
+"""
+
+DAEMONSET_CONTAINER_ARGS: tuple[str, ...] = tuple(
+    yaml.safe_load(textwrap.dedent(_MANIFEST_ARGS))["args"]
 )
+
+# The value of every --device flag, each YAML document as the container receives it.
+DAEMONSET_DEVICE_ARGS: tuple[str, ...] = DAEMONSET_CONTAINER_ARGS[1::2]
+assert DAEMONSET_CONTAINER_ARGS[0::2] == ("--device",) * len(DAEMONSET_DEVICE_ARGS)
 
 
 def squat_devices() -> list[dict[str, Any]]:

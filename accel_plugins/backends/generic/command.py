@@ -49,8 +49,8 @@ OPTIONS = (
     ),
     Option(
         "--domain",
-        "domain of the resource names (<domain>/<name>) [default: the config file's "
-        f"domain, else {SQUAT_DOMAIN} with --device (squat's), else {DEFAULT_DOMAIN}]",
+        "domain of the resource names (<domain>/<name>); without it, the config file's "
+        f"domain, else {SQUAT_DOMAIN} with --device (squat's default), else {DEFAULT_DOMAIN}",
     ),
     Option(
         "--dev-root",
