@@ -1,10 +1,12 @@
 """squat's shipped DaemonSet config, unchanged, through our generic plugin and the kubelet.
 
-The five ``--device`` documents of squat's manifests/generic-device-plugin.yaml
-(tests/squat_fixtures.py) become one config file's ``devices``; the node's /dev
-is a fake tree in tmp_path (``--dev-root``), the kubelet is the emulator, the
-calls are real gRPC over unix sockets. With ``--domain squat.ai`` the resource
-names and device IDs are the ones squat's plugin registers.
+The container args of squat's manifests/generic-device-plugin.yaml (five
+``--device`` documents, tests/squat_fixtures.py) run as they are:
+``accel-plugins generic <args>``, a process of its own; the same documents also
+become one config file's ``devices``. The node's /dev is a fake tree in tmp_path
+(``--dev-root``), the kubelet is the emulator, the calls are real gRPC over unix
+sockets. The resource names (``squat.ai/...``) and device IDs are the ones
+squat's plugin registers.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from accel_plugins.kubelet.model import DeviceSpec
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.framework_fixtures import StartManager
 from tests.generic_fixtures import FakeHost
-from tests.squat_fixtures import build_node_dev, squat_config_text
+from tests.squat_fixtures import DAEMONSET_CONTAINER_ARGS, build_node_dev, squat_config_text
 
 # What squat's plugin offers on that node: one serial per adapter, the camera,
 # FUSE and the sound directory ten times each, and the capture groups whose
@@ -119,6 +122,65 @@ async def test_the_command_line_serves_it_as_an_operator_runs_it(
         record = await kubelet.allocate("player", "main", "squat.ai/audio", 2)
         # Two replicas of one directory: the container gets it once.
         assert record.response.devices == (DeviceSpec("/dev/snd", "/dev/snd", "mrw"),)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=10)
+    assert process.returncode == 0, stderr.decode()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_squats_daemonset_args_run_unchanged(
+    kubelet: Kubelet, kubelet_dir: Path, fake_host: FakeHost, tmp_path: Path
+) -> None:
+    """``accel-plugins generic`` + the manifest's args verbatim; what follows them only points
+    the process at this test's node (squat's own spellings where it has one)."""
+    build_node_dev(fake_host)
+    port = free_port()
+    node = [
+        f"--plugin-directory={kubelet_dir}",  # the DaemonSet's hostPath mount
+        f"--listen=127.0.0.1:{port}",  # squat's default is :8080
+        f"--dev-root={fake_host.dev}",  # the DaemonSet mounts the host's /dev at /dev
+        f"--sys-root={fake_host.sys}",
+        "--udev-source=off",  # no uevents from a fake /dev
+        f"--pod-resources-socket={tmp_path / 'none.sock'}",
+    ]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "accel_plugins.cli", "generic", *DAEMONSET_CONTAINER_ARGS, *node,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for resource, count in EXPECTED.items():
+            view = await kubelet.wait_for_resource(resource, allocatable=count, timeout=15)
+            assert view.unhealthy == []
+        assert sorted(kubelet.resources) == sorted(EXPECTED)
+        fuse = await kubelet.allocate("fuse", "main", "squat.ai/fuse", 1)
+        assert fuse.response.devices == (DeviceSpec("/dev/fuse", "/dev/fuse", "mrw"),)
+        card1 = device_id(0, ["/dev/snd/controlC1", "/dev/snd/pcmC1D0c"])
+        record = await kubelet.allocate("rec", "main", "squat.ai/capture", 1, must_include=[card1])
+        assert record.response.devices == (
+            DeviceSpec("/dev/snd/controlC0", "/dev/snd/controlC1", "mrw"),
+            DeviceSpec("/dev/snd/pcmC0D0c", "/dev/snd/pcmC1D0c", "mrw"),
+        )
+        # --listen serves our /healthz and /metrics (squat's: /health and its own series).
+        assert await http_get(port, "/healthz") == (200, "ok\n")
+        status, metrics = await http_get(port, "/metrics")
+        assert status == 200
+        assert 'resource="squat.ai/capture"' in metrics
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=10)
