@@ -47,3 +47,25 @@ def test_importing_the_api_loads_no_heavy_module() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# The fields a backend author sets, each described in docs/writing-a-backend.md.
+COMMAND_FIELDS = {
+    "Option": [
+        "flag", "help", "default", "type", "choices", "env", "metavar", "aliases", "repeat",
+    ],
+    "BackendCommand": [
+        "summary", "build", "options", "requires", "extra", "install", "config_files",
+        "dra_driver_name", "common_aliases",
+    ],
+}  # fmt: skip
+
+
+def test_command_fields_are_the_documented_ones() -> None:
+    import dataclasses
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[2] / "docs" / "writing-a-backend.md").read_text()
+    for name, expected in COMMAND_FIELDS.items():
+        assert [f.name for f in dataclasses.fields(getattr(api, name))] == expected
+        assert [f for f in expected if f not in guide] == []
