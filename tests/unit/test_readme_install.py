@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 
 import yaml
 
 from tests.chart_support import ROOT, ci_values
-from tests.squat_fixtures import squat_devices
+from tests.squat_fixtures import DAEMONSET_CONTAINER_ARGS, squat_devices
 
 README = (ROOT / "README.md").read_text()
 CI_RUN = (ROOT / ".ci" / "run").read_text()
@@ -61,3 +62,15 @@ def test_migration_section_shows_squats_shipped_config_unchanged() -> None:
     assert values == ci_values("squat-devices")
     assert values["devices"] == squat_devices()
     assert values["generic"] == {"enabled": True, "domain": "squat.ai"}
+
+
+def test_migration_section_runs_squats_daemonset_args_unchanged() -> None:
+    """The container the README shows takes the manifest's args verbatim (their first part)."""
+    section = README[README.index("## Migrating from squat's generic-device-plugin") :]
+    start = section.index("```yaml\n      containers:") + len("```yaml\n")
+    block = section[start : section.index("```\n", start)]
+    (container,) = yaml.safe_load(textwrap.dedent(block))["containers"]
+    assert container["command"] == ["accel-plugins", "generic"]
+    shown = tuple(container["args"])
+    assert len(shown) >= 4
+    assert shown == DAEMONSET_CONTAINER_ARGS[: len(shown)]
