@@ -71,7 +71,19 @@ def test_dra_daemonsets_run_the_driver(backend: str, driver: str) -> None:
     # Nothing of the device-plugin API: no device-plugins socket dir, no pod resources.
     assert "/var/lib/kubelet/device-plugins" not in found
     assert "/var/lib/kubelet/pod-resources" not in found
-    assert "livenessProbe" not in plugin
+    # A DRA driver serves /metrics and /healthz (503 until the kubelet registered it),
+    # as a device plugin does: the same port, probe and Service.
+    assert plugin["ports"] == [{"name": "metrics", "containerPort": 9478, "protocol": "TCP"}]
+    assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {"name": "ACCEL_PLUGINS_METRICS_ADDRESS", "value": ":9478"} in plugin["env"]
+
+
+def test_dra_pods_without_metrics_have_no_port_or_probe() -> None:
+    values = ci_values("dra") | {"metrics": {"enabled": False}}
+    for backend in ("nvidia", "generic"):
+        plugin = container(daemonset(render(values), backend))
+        assert "ports" not in plugin
+        assert "livenessProbe" not in plugin
 
 
 def test_rbac_is_least_privilege() -> None:
