@@ -124,8 +124,9 @@ class BackendCommand:
     install: str = ""
     config_files: tuple[str, ...] = ()
     dra_driver_name: str = ""
+    # hash=False: a mapping cannot be hashed, and a command stays usable as a key.
     common_aliases: Mapping[str, tuple[str, ...]] = field(
-        default_factory=lambda: MappingProxyType({})
+        default_factory=lambda: MappingProxyType({}), hash=False
     )
 
     def __post_init__(self) -> None:
