@@ -499,6 +499,25 @@ def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --admit: exit after admitting (1 when a pod was rejected or failed to start)",
     )
+    add_flag(
+        parser,
+        "--kubeconfig",
+        default="",
+        env=("KUBECONFIG",),
+        metavar="FILE",
+        help="with --admit: the API server's kubeconfig, where the pods' ResourceClaims are read "
+        "(needed only for pods with spec.resourceClaims)",
+    )
+    add_flag(
+        parser,
+        "--cdi-spec-dir",
+        type=absolute_path,
+        default=("/etc/cdi", "/var/run/cdi"),
+        repeat=True,
+        metavar="DIR",
+        help="with --admit: where the container runtime finds CDI specs, to print what a "
+        "claim's CDI devices give",
+    )
 
 
 async def serve(
@@ -782,6 +801,8 @@ def _admission(args: argparse.Namespace, echo: Callable[[str], None]) -> dict[st
             timeout=args.admit_timeout,
             once=args.once,
             echo=echo,
+            kubeconfig=args.kubeconfig or None,
+            cdi_spec_dirs=args.cdi_spec_dir,
         )
     }
 

@@ -35,12 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from accel_plugins.errors import ConfigError
+from accel_plugins.kubelet.cdi import DEFAULT_SPEC_DIRS
+from accel_plugins.kubelet.claims import ClaimPreparer, render_claims
 from accel_plugins.kubelet.emulator import Kubelet
 from accel_plugins.kubelet.errors import KubeletError
 from accel_plugins.kubelet.model import ContainerResponse, DeviceState
@@ -668,9 +672,12 @@ async def admit_pods(
     numa_nodes: Sequence[int] | None = None,
     timeout: float = 30.0,
     echo: Callable[[str], None] = print,
+    claims: ClaimPreparer | None = None,
 ) -> int:
     """On a running emulator: wait for the pods' resources, admit each pod and ``echo`` the
     outcome; 0 when every pod was admitted and started, 1 otherwise.
+
+    ``claims`` prepares the resource claims of each admitted pod that has any.
 
     Pods in the checkpoint that are not among ``pods`` are released first: as for the
     kubelet, only active pods hold devices.
@@ -683,14 +690,19 @@ async def admit_pods(
     for namespace, name in sorted({(r.namespace, r.pod) for r in kubelet.allocations} - active):
         kubelet.release(name, namespace=namespace)
     admitter = PodAdmitter(kubelet, policy=policy, numa_nodes=numa_nodes)
-    outcomes = []
+    ok = True
     for pod in pods:
         outcome = await admitter.admit(pod)
-        outcomes.append(outcome)
         echo(render_admission(outcome))
+        ok = ok and outcome.started
+        if outcome.admitted and pod.resource_claims and claims is not None:
+            # The kubelet prepares a pod's claims after admission, before its containers.
+            prepared = await claims.prepare(pod)
+            echo(render_claims(prepared, claims))
+            ok = ok and prepared.prepared
     if kubelet.allocations:
         echo(f"checkpoint: {kubelet.checkpoint_path} ({len(kubelet.allocations)} allocations)")
-    return 0 if all(o.started for o in outcomes) else 1
+    return 0 if ok else 1
 
 
 def parse_numa_nodes(text: str) -> list[int]:
@@ -717,10 +729,17 @@ def admitting(
     timeout: float = 30.0,
     once: bool = False,
     echo: Callable[[str], None] = print,
+    kubeconfig: str | None = None,
+    cdi_spec_dirs: Sequence[Path] = DEFAULT_SPEC_DIRS,
 ) -> Callable[[Kubelet], Awaitable[int | None]]:
     """``accel-plugins kubelet --admit``: read the pod manifests now (ConfigError naming file,
     field and reason), and return what the running emulator does with them (its ``then``):
-    admit them, then stop with the exit status when ``once``, else keep serving."""
+    admit them, then stop with the exit status when ``once``, else keep serving.
+
+    Pods with resource claims need an API server: ``kubeconfig`` (else ``$KUBECONFIG``) is
+    read now too. Their claims are unprepared at the end of ``once``, or when the emulator
+    stops (its pods go with it).
+    """
     nodes: list[int] | None = None
     if numa_nodes is not None:
         try:
@@ -746,10 +765,70 @@ def admitting(
             seen[pod.key] = pod.source
             pods.append(pod)
 
+    claimed = [pod for pod in pods if pod.resource_claims]
+    config = _claims_config(claimed, kubeconfig) if claimed else None
+
     async def then(kubelet: Kubelet) -> int | None:
-        code = await admit_pods(
-            kubelet, pods, policy=policy, numa_nodes=nodes, timeout=timeout, echo=echo
+        if config is None:
+            code = await admit_pods(
+                kubelet, pods, policy=policy, numa_nodes=nodes, timeout=timeout, echo=echo
+            )
+            return code if once else None
+        from accel_plugins.kubelet.claim_api import KubeClaimReader
+
+        reader = KubeClaimReader(config)
+        preparer = ClaimPreparer(
+            kubelet, reader, cdi_spec_dirs=cdi_spec_dirs, driver_timeout=timeout
         )
-        return code if once else None
+        try:
+            code = await admit_pods(
+                kubelet,
+                pods,
+                policy=policy,
+                numa_nodes=nodes,
+                timeout=timeout,
+                echo=echo,
+                claims=preparer,
+            )
+            if not once:
+                await asyncio.Future()  # the pods run until the emulator stops
+        finally:
+            failed = await _unprepare(preparer, claimed, echo)
+            await reader.close()
+        return code or failed
 
     return then
+
+
+async def _unprepare(
+    preparer: ClaimPreparer, pods: Sequence[PodSpec], echo: Callable[[str], None]
+) -> int:
+    failed = 0
+    for pod in pods:
+        errors = await preparer.unprepare(pod)
+        for error in errors:
+            echo(f"pod {pod.key}: unprepare dynamic resources: {error}")
+        failed = failed or (1 if errors else 0)
+        if not errors:
+            echo(f"pod {pod.key}: resource claims unprepared")
+    return failed
+
+
+def _claims_config(pods: Sequence[PodSpec], kubeconfig: str | None) -> Any:
+    """The API server's client config for pods with claims; ConfigError (exit 2) without."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or ""
+    names = ", ".join(pod.key for pod in pods)
+    if not path:
+        raise ConfigError(
+            "--kubeconfig",
+            "",
+            f"pod {names} has resource claims: the emulator reads them from an API server; "
+            "give --kubeconfig or set KUBECONFIG",
+        )
+    try:
+        from accel_plugins.kubeclient import load_config
+    except ImportError as e:
+        raise ConfigError(
+            "--kubeconfig", "", f"resource claims need the [dra] extra (lightkube): {e}"
+        ) from None
+    return load_config(path)

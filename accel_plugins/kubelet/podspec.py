@@ -4,7 +4,15 @@ A file holds one Pod (``apiVersion: v1``, ``kind: Pod``) or several YAML
 documents of them. Read are ``metadata.name`` and ``metadata.namespace``, and
 for each of ``spec.initContainers`` and ``spec.containers``: ``name``,
 ``restartPolicy`` (an init container with ``Always`` is a sidecar) and
-``resources.limits`` / ``resources.requests``; every other field is ignored.
+``resources.limits`` / ``resources.requests`` and ``resources.claims``
+(``name``, ``request``); and ``spec.resourceClaims`` (``name``,
+``resourceClaimName``). Every other field is ignored.
+
+A ``resourceClaimTemplateName`` is refused: in a cluster the ResourceClaim
+controller (kube-controller-manager) creates the claim from the template and
+records its name in the pod's ``status.resourceClaimStatuses``, which is where
+the kubelet reads it; the emulator runs no such controller, so the manifest
+must name an existing claim.
 
 Two kinds of problem are told apart:
 
@@ -96,6 +104,22 @@ def _empty() -> Mapping[str, Quantity]:
 
 
 @dataclass(frozen=True, slots=True)
+class PodClaim:
+    """``spec.resourceClaims[]``: the pod's name for a claim, and the ResourceClaim's name."""
+
+    name: str
+    claim_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerClaim:
+    """``resources.claims[]``: a pod claim a container uses; ``request`` "" means all of it."""
+
+    name: str
+    request: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerSpec:
     """One container of the pod; ``path`` is its field path (``spec.containers[0]``)."""
 
@@ -105,6 +129,7 @@ class ContainerSpec:
     restartable: bool = False
     limits: Mapping[str, Quantity] = field(default_factory=_empty, hash=False)
     requests: Mapping[str, Quantity] = field(default_factory=_empty, hash=False)
+    claims: tuple[ContainerClaim, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -163,6 +188,7 @@ class PodSpec:
     init_containers: tuple[ContainerSpec, ...] = ()
     containers: tuple[ContainerSpec, ...] = ()
     source: str = ""
+    resource_claims: tuple[PodClaim, ...] = ()
 
     @property
     def key(self) -> str:
@@ -244,6 +270,46 @@ def _quantities(fields: _Fields, value: object, path: str) -> dict[str, Quantity
     return result
 
 
+def _container_claims(fields: _Fields, value: object, path: str) -> tuple[ContainerClaim, ...]:
+    claims = []
+    for i, raw in enumerate(fields.items(value, path, optional=True)):
+        doc = fields.mapping(raw, f"{path}[{i}]")
+        name = fields.text(doc.get("name"), f"{path}[{i}].name")
+        request = doc.get("request") or ""
+        if not isinstance(request, str):
+            raise fields.error(f"{path}[{i}].request", f"expected a string, got {_kind(request)}")
+        claims.append(ContainerClaim(name, request))
+    return tuple(claims)
+
+
+def _pod_claims(fields: _Fields, value: object) -> tuple[PodClaim, ...]:
+    claims: list[PodClaim] = []
+    for i, raw in enumerate(fields.items(value, "spec.resourceClaims", optional=True)):
+        path = f"spec.resourceClaims[{i}]"
+        doc = fields.mapping(raw, path)
+        name = fields.text(doc.get("name"), f"{path}.name")
+        if len(name) > NAME_MAX or not _DNS1123_LABEL_RE.fullmatch(name):
+            raise fields.error(f"{path}.name", f"{name!r} is not a DNS-1123 label")
+        if name in {c.name for c in claims}:
+            raise fields.error(f"{path}.name", f"duplicate pod claim name {name!r}")
+        if doc.get("resourceClaimTemplateName") is not None:
+            raise fields.error(
+                f"{path}.resourceClaimTemplateName",
+                "not supported by the emulator: the ResourceClaim controller of "
+                "kube-controller-manager creates a claim from a template, and none runs here; "
+                "create the ResourceClaim and name it with resourceClaimName",
+            )
+        claim_name = fields.text(doc.get("resourceClaimName"), f"{path}.resourceClaimName")
+        if len(claim_name) > DNS1123_SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN_RE.fullmatch(
+            claim_name
+        ):
+            raise fields.error(
+                f"{path}.resourceClaimName", f"{claim_name!r} is not a DNS-1123 subdomain"
+            )
+        claims.append(PodClaim(name, claim_name))
+    return tuple(claims)
+
+
 def _container(fields: _Fields, raw: object, path: str, *, init: bool) -> ContainerSpec:
     doc = fields.mapping(raw, path)
     name = fields.text(doc.get("name"), f"{path}.name")
@@ -267,6 +333,7 @@ def _container(fields: _Fields, raw: object, path: str, *, init: bool) -> Contai
         requests=MappingProxyType(
             _quantities(fields, resources.get("requests"), f"{path}.resources.requests")
         ),
+        claims=_container_claims(fields, resources.get("claims"), f"{path}.resources.claims"),
     )
 
 
@@ -307,12 +374,23 @@ def pod_from_document(doc: object, source: str) -> PodSpec:
                 f"duplicate container name {container.name!r} (also {seen[container.name]})",
             )
         seen[container.name] = container.path
+    pod_claims = _pod_claims(fields, spec.get("resourceClaims"))
+    known = {c.name for c in pod_claims}
+    for container in inits + apps:
+        for i, claim in enumerate(container.claims):
+            if claim.name not in known:
+                # The API server's own message for this (ValidatePod).
+                raise fields.error(
+                    f"{container.path}.resources.claims[{i}].name",
+                    f"Not found: {claim.name!r}: must be one of the pod's spec.resourceClaims",
+                )
     return PodSpec(
         name=name,
         namespace=namespace,
         init_containers=tuple(inits),
         containers=tuple(apps),
         source=source,
+        resource_claims=pod_claims,
     )
 
 

@@ -1,0 +1,403 @@
+"""`accel-plugins kubelet --admit` of a pod with resource claims, against a real API server.
+
+Everything is real: kube-apiserver and etcd (tests/envtest.py), an
+``accel-plugins generic --kubelet-api dra`` process publishing its
+ResourceSlices as its node's kubelet identity and registering through the
+emulator's plugin watcher, and the emulator as its own process. No scheduler
+runs (../shared/k8s has none), so the test allocates the claim as the
+scheduler would: it evaluates the DeviceClass's selector against the
+published slice and writes ``status.allocation`` (the API server validates it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+
+pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimStatus,
+    ResourceSlice,
+)
+from lightkube.types import PatchType
+
+from accel_plugins.testing import short_tempdir
+from tests.cdi_fixtures import assert_valid_spec_file
+from tests.dra_kube_fixtures import NodeClient
+from tests.e2e.test_dra_kube_slices import attrs
+from tests.e2e.test_kubelet_admit_cli import fake_node
+from tests.envtest import ApiServer
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "generic.accel-plugins.io"
+WANTED = "/dev/accel2"
+TIMEOUT = 30.0
+pytestmark = pytest.mark.timeout(120)
+_names = (f"admit-{i}" for i in itertools.count())
+
+
+@pytest.fixture
+async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
+    name = next(_names)
+    await kube.create(Namespace(metadata=ObjectMeta(name=name)))
+    yield name
+    await kube.delete(Namespace, name)
+
+
+@pytest.fixture
+async def accel_class(kube: AsyncClient) -> AsyncIterator[str]:
+    """A DeviceClass selecting one accelerator by our ``path`` attribute (CEL)."""
+    name = f"{next(_names)}.accel-plugins.io"
+    selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].path == "{WANTED}"'
+    await kube.create(
+        cast(
+            DeviceClass,
+            DeviceClass.from_dict(
+                {
+                    "metadata": {"name": name},
+                    "spec": {"selectors": [{"cel": {"expression": selector}}]},
+                }
+            ),
+        )
+    )
+    yield name
+    await kube.delete(DeviceClass, name)
+
+
+def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def published(kube: AsyncClient, node: str) -> ResourceSlice:
+    """The node's first slice with devices, as the watch delivers it."""
+    async for _, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
+        if item.spec.driver == DRIVER and item.spec.devices:
+            return item
+    raise AssertionError("the watch ended")
+
+
+def selected_device(found: ResourceSlice) -> str:
+    """What the class's CEL selector picks, evaluated here as the scheduler would."""
+    for device in found.spec.devices or []:
+        if attrs(device)["path"] == WANTED:
+            return device.name
+    raise AssertionError(f"no device with path {WANTED} in {found.metadata}")
+
+
+async def allocated_claim(
+    kube: AsyncClient, namespace: str, device_class: str, node: str, device: str | None
+) -> tuple[str, str]:
+    """A claim of one device of ``device_class``; allocated to ``device`` unless None."""
+    name = next(_names)
+    created = await kube.create(
+        cast(
+            ResourceClaim,
+            ResourceClaim.from_dict(
+                {
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "accel", "exactly": {"deviceClassName": device_class}}
+                            ]
+                        }
+                    },
+                }
+            ),
+        )
+    )
+    assert created.metadata is not None
+    assert created.metadata.uid is not None
+    if device is not None:
+        allocation = {
+            "devices": {
+                "results": [{"request": "accel", "driver": DRIVER, "pool": node, "device": device}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+        }
+        await kube.patch(
+            ResourceClaimStatus,
+            name,
+            {"status": {"allocation": allocation}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+    return name, created.metadata.uid
+
+
+def pod_document(namespace: str, claim: str, node: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceClaims": [{"name": "accel", "resourceClaimName": claim}],
+        "containers": [
+            {"name": "main", "image": "x", "resources": {"claims": [{"name": "accel"}]}},
+            {
+                "name": "helper",
+                "image": "x",
+                "resources": {"claims": [{"name": "accel", "request": "accel"}]},
+            },
+            {"name": "plain", "image": "x"},
+        ],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def pod_manifest(path: Path, namespace: str, claim: str) -> Path:
+    path.write_text(yaml.safe_dump(pod_document(namespace, claim)))
+    return path
+
+
+async def bound_pod(kube: AsyncClient, namespace: str, claim: str, node: str) -> str:
+    """The pod as the scheduler leaves it: bound to ``node``, the claim reserved for it.
+
+    The driver reads the claim as its node's kubelet identity, which the Node
+    authorizer allows only for claims of pods bound to that node.
+    """
+    await kube.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace=namespace)))
+    created = await kube.create(cast(Pod, Pod.from_dict(pod_document(namespace, claim, node))))
+    assert created.metadata is not None
+    assert created.metadata.uid is not None
+    reserved = [{"resource": "pods", "name": "trainer", "uid": created.metadata.uid}]
+    await kube.patch(
+        ResourceClaimStatus,
+        claim,
+        {"status": {"reservedFor": reserved}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    return created.metadata.uid
+
+
+async def readable_by_node(client: AsyncClient, namespace: str, claim: str) -> None:
+    """Wait until the node may read the claim. The Node authorizer learns of the pod
+    through a watch, and there is no event to await for that: retry the GET."""
+    while True:
+        try:
+            await client.get(ResourceClaim, claim, namespace=namespace)
+            return
+        except ApiError as exc:
+            if exc.status.code != 403:
+                raise
+        await asyncio.sleep(0.05)
+
+
+async def spawn(*argv: str, log: Path | None = None) -> asyncio.subprocess.Process:
+    out: Any = asyncio.subprocess.PIPE
+    if log is not None:
+        out = log.open("wb")
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "accel_plugins.cli",
+            *argv,
+            cwd=ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out if log is not None else asyncio.subprocess.STDOUT,
+        )
+    finally:
+        if log is not None:
+            out.close()
+
+
+async def read_until(proc: asyncio.subprocess.Process, marker: str) -> str:
+    """Output up to and including the first line after the one holding ``marker``."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while True:
+        line = (await proc.stdout.readline()).decode()
+        if not line:
+            raise AssertionError("the emulator exited:\n" + "".join(lines))
+        lines.append(line)
+        if len(lines) > 1 and marker in lines[-2]:
+            return "".join(lines)
+
+
+async def stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
+    kube: AsyncClient,
+    kube_apiserver: ApiServer,
+    kube_node: str,
+    node_client: NodeClient,
+    namespace: str,
+    accel_class: str,
+    tmp_path: Path,
+) -> None:
+    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
+    as_node = write_kubeconfig(
+        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
+    )
+    with short_tempdir("admitdra-") as root:
+        registry, cdi = root / "registry", root / "cdi"
+        plugin = await spawn(
+            *fake_node(tmp_path),
+            "--kubelet-api",
+            "dra",
+            "--node-name",
+            kube_node,
+            "--kubeconfig",
+            str(as_node),
+            "--kubelet-plugins-dir",
+            str(root / "plugins"),
+            "--plugins-registry-dir",
+            str(registry),
+            "--dra-cdi-spec-dir",
+            str(cdi),
+            log=tmp_path / "plugin.log",
+        )
+        try:
+            found = await asyncio.wait_for(published(kube, kube_node), TIMEOUT)
+            device = selected_device(found)
+            claim, uid = await allocated_claim(kube, namespace, accel_class, kube_node, device)
+            await bound_pod(kube, namespace, claim, kube_node)
+            await asyncio.wait_for(
+                readable_by_node(node_client(kube_node), namespace, claim), TIMEOUT
+            )
+            pod = pod_manifest(tmp_path / "pod.yaml", namespace, claim)
+            emulator = [
+                "kubelet",
+                "--plugin-dir",
+                str(root / "device-plugins"),
+                "--plugins-registry-dir",
+                str(registry),
+                "--kubeconfig",
+                str(admin),
+                "--cdi-spec-dir",
+                str(cdi),
+                "--admit",
+                str(pod),
+                "--admit-timeout",
+                str(TIMEOUT),
+            ]
+            cdi_id = f"k8s.{DRIVER}/claim={uid}-accel"
+            spec = cdi / f"k8s.{DRIVER}_claim_{uid}.json"
+
+            # --once: prepared, printed, unprepared at the end.
+            once = await spawn(*emulator, "--once")
+            try:
+                output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
+            finally:
+                await stop(once)
+            assert once.returncode == 0, output
+            key = f"{namespace}/trainer"
+            assert f"pod {key}: resource claims prepared" in output
+            assert f"claim accel: ResourceClaim {namespace}/{claim} ({uid})" in output
+            assert f"{DRIVER} {kube_node}/{device} (accel)" in output
+            assert f"container main:\n    claim accel: CDI devices {cdi_id}\n" in output
+            assert f"container helper:\n    claim accel/accel: CDI devices {cdi_id}\n" in output
+            assert "container plain:" not in output.partition("resource claims prepared")[2], output
+            assert (
+                f"device nodes:\n          {WANTED} -> {WANTED} (mrw)\n" in output
+            )  # from the claim's CDI spec
+            assert f"pod {key}: resource claims unprepared" in output
+            assert not spec.exists()
+
+            # Kept running: the spec is there (and valid CDI) until the emulator stops.
+            running = await spawn(*emulator)
+            try:
+                shown = await asyncio.wait_for(read_until(running, "device nodes:"), TIMEOUT)
+                assert cdi_id in shown
+                written = assert_valid_spec_file(spec)
+                assert written["kind"] == f"k8s.{DRIVER}/claim"
+                assert [d["name"] for d in written["devices"]] == [f"{uid}-accel"]
+                running.send_signal(signal.SIGTERM)
+                rest = (await asyncio.wait_for(running.communicate(), TIMEOUT))[0].decode()
+            finally:
+                await stop(running)
+            assert running.returncode == 0, rest
+            assert f"pod {key}: resource claims unprepared" in rest
+            assert not spec.exists()
+        finally:
+            plugin.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(plugin.wait(), TIMEOUT)
+            finally:
+                await stop(plugin)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        pytest.param(
+            "missing",
+            'fetch ResourceClaim no-such-claim: resourceclaims.resource.k8s.io "no-such-claim" '
+            "not found",
+            id="claim-missing",
+        ),
+        pytest.param("unallocated", ": not allocated", id="claim-not-allocated"),
+        pytest.param(
+            "reserved", "is not allowed to use ResourceClaim", id="claim-reserved-for-another-pod"
+        ),
+    ],
+)
+async def test_a_claim_that_cannot_be_prepared_fails_the_pod(
+    kube: AsyncClient,
+    kube_apiserver: ApiServer,
+    namespace: str,
+    accel_class: str,
+    tmp_path: Path,
+    case: str,
+    message: str,
+) -> None:
+    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
+    claim = "no-such-claim"
+    if case != "missing":
+        device = "accel-0" if case == "reserved" else None
+        claim, _uid = await allocated_claim(kube, namespace, accel_class, "node-x", device)
+    if case == "reserved":
+        reserved = {"status": {"reservedFor": [{"resource": "pods", "name": "other", "uid": "u"}]}}
+        await kube.patch(
+            ResourceClaimStatus, claim, reserved, namespace=namespace, patch_type=PatchType.MERGE
+        )
+    pod = pod_manifest(tmp_path / "pod.yaml", namespace, claim)
+    with short_tempdir("admitdra-") as root:
+        proc = await spawn(
+            "kubelet",
+            "--plugin-dir",
+            str(root),
+            "--kubeconfig",
+            str(admin),
+            "--admit",
+            str(pod),
+            "--once",
+            "--admit-timeout",
+            "1",
+        )
+        output = (await asyncio.wait_for(proc.communicate(), TIMEOUT))[0].decode()
+    assert proc.returncode == 1, output
+    assert (
+        f"pod {namespace}/trainer: resource claims not prepared: prepare dynamic resources: "
+        in (output)
+    )
+    assert message in output
