@@ -1,7 +1,7 @@
 """`accel-plugins kubelet --admit` of a pod with resource claims, against a real API server.
 
 Everything is real: kube-apiserver and etcd (tests/envtest.py), an
-``accel-plugins generic --kubelet-api dra`` process publishing its
+``accel-plugins generic --kubelet-api dra`` (or ``nvidia --simulate``) process publishing its
 ResourceSlices as its node's kubelet identity and registering through the
 emulator's plugin watcher, and the emulator as its own process. No scheduler
 runs (../shared/k8s has none), so the test allocates the claim as the
@@ -12,10 +12,13 @@ published slice and writes ``status.allocation`` (the API server validates it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,6 +49,41 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "generic.accel-plugins.io"
 WANTED = "/dev/accel2"
 TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class BackendCase:
+    """A backend in DRA mode: its argv, driver, the attribute a DeviceClass selects one
+    device by, and a line its CDI edits must hold."""
+
+    driver: str
+    attribute: str
+    value: str | int
+    edit: str
+
+    def argv(self, tmp_path: Path) -> list[str]:
+        if self.driver == DRIVER:
+            return fake_node(tmp_path)
+        return ["nvidia", "--simulate", "pcie-4gpu", "--metrics-address", ""]
+
+    @property
+    def selector(self) -> str:
+        value = json.dumps(self.value)
+        return (
+            f'device.driver == "{self.driver}" && '
+            f'device.attributes["{self.driver}"].{self.attribute} == {value}'
+        )
+
+    def selects(self, device: Any) -> bool:
+        """The selector, evaluated here as the scheduler's CEL would."""
+        return attrs(device).get(self.attribute) == self.value
+
+
+GENERIC = BackendCase(
+    DRIVER, "path", WANTED, f"device nodes:\n          {WANTED} -> {WANTED} (mrw)\n"
+)
+NVIDIA = BackendCase("gpu.nvidia.com", "index", 2, "NVIDIA_VISIBLE_DEVICES=GPU-")
+BACKENDS = [pytest.param(GENERIC, id="generic"), pytest.param(NVIDIA, id="nvidia-simulated")]
 pytestmark = pytest.mark.timeout(120)
 _names = (f"admit-{i}" for i in itertools.count())
 
@@ -58,11 +96,9 @@ async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
     await kube.delete(Namespace, name)
 
 
-@pytest.fixture
-async def accel_class(kube: AsyncClient) -> AsyncIterator[str]:
-    """A DeviceClass selecting one accelerator by our ``path`` attribute (CEL)."""
+async def device_class(kube: AsyncClient, selector: str) -> str:
+    """A DeviceClass selecting one device by a CEL expression on our attributes."""
     name = f"{next(_names)}.accel-plugins.io"
-    selector = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].path == "{WANTED}"'
     await kube.create(
         cast(
             DeviceClass,
@@ -74,6 +110,12 @@ async def accel_class(kube: AsyncClient) -> AsyncIterator[str]:
             ),
         )
     )
+    return name
+
+
+@pytest.fixture
+async def accel_class(kube: AsyncClient) -> AsyncIterator[str]:
+    name = await device_class(kube, GENERIC.selector)
     yield name
     await kube.delete(DeviceClass, name)
 
@@ -83,24 +125,29 @@ def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-async def published(kube: AsyncClient, node: str) -> ResourceSlice:
+async def published(kube: AsyncClient, node: str, driver: str) -> ResourceSlice:
     """The node's first slice with devices, as the watch delivers it."""
     async for _, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
-        if item.spec.driver == DRIVER and item.spec.devices:
+        if item.spec.driver == driver and item.spec.devices:
             return item
     raise AssertionError("the watch ended")
 
 
-def selected_device(found: ResourceSlice) -> str:
+def selected_device(found: ResourceSlice, case: BackendCase) -> str:
     """What the class's CEL selector picks, evaluated here as the scheduler would."""
     for device in found.spec.devices or []:
-        if attrs(device)["path"] == WANTED:
+        if case.selects(device):
             return device.name
-    raise AssertionError(f"no device with path {WANTED} in {found.metadata}")
+    raise AssertionError(f"no device with {case.attribute} {case.value} in {found.metadata}")
 
 
 async def allocated_claim(
-    kube: AsyncClient, namespace: str, device_class: str, node: str, device: str | None
+    kube: AsyncClient,
+    namespace: str,
+    device_class: str,
+    node: str,
+    device: str | None,
+    driver: str = DRIVER,
 ) -> tuple[str, str]:
     """A claim of one device of ``device_class``; allocated to ``device`` unless None."""
     name = next(_names)
@@ -126,7 +173,7 @@ async def allocated_claim(
     if device is not None:
         allocation = {
             "devices": {
-                "results": [{"request": "accel", "driver": DRIVER, "pool": node, "device": device}]
+                "results": [{"request": "accel", "driver": driver, "pool": node, "device": device}]
             },
             "nodeSelector": {
                 "nodeSelectorTerms": [
@@ -227,7 +274,7 @@ async def spawn(*argv: str, log: Path | None = None) -> asyncio.subprocess.Proce
 
 
 async def read_until(proc: asyncio.subprocess.Process, marker: str) -> str:
-    """Output up to and including the first line after the one holding ``marker``."""
+    """Output up to and including the first line holding ``marker``."""
     assert proc.stdout is not None
     lines: list[str] = []
     while True:
@@ -235,7 +282,7 @@ async def read_until(proc: asyncio.subprocess.Process, marker: str) -> str:
         if not line:
             raise AssertionError("the emulator exited:\n" + "".join(lines))
         lines.append(line)
-        if len(lines) > 1 and marker in lines[-2]:
+        if marker in line:
             return "".join(lines)
 
 
@@ -245,63 +292,98 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+@contextlib.asynccontextmanager
+async def dra_plugin(
+    case: BackendCase, tmp_path: Path, root: Path, node: str, kubeconfig: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The backend in DRA mode as its own process, as ``node``'s kubelet identity; the
+    registration socket under ``root/registry``, claim specs under ``root/cdi``."""
+    plugin = await spawn(
+        *case.argv(tmp_path),
+        "--kubelet-api",
+        "dra",
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--kubelet-plugins-dir",
+        str(root / "plugins"),
+        "--plugins-registry-dir",
+        str(root / "registry"),
+        "--dra-cdi-spec-dir",
+        str(root / "cdi"),
+        log=tmp_path / "plugin.log",
+    )
+    try:
+        yield plugin
+        plugin.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(plugin.wait(), TIMEOUT) == 0
+    finally:
+        await stop(plugin)
+
+
+def emulator_argv(root: Path, kubeconfig: Path, pod: Path) -> list[str]:
+    return [
+        "kubelet",
+        "--plugin-dir",
+        str(root / "device-plugins"),
+        "--plugins-registry-dir",
+        str(root / "registry"),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--cdi-spec-dir",
+        str(root / "cdi"),
+        "--admit",
+        str(pod),
+        "--admit-timeout",
+        str(TIMEOUT),
+    ]
+
+
+def check_prepared(
+    output: str, case: BackendCase, key: str, node: str, device: str, uid: str
+) -> None:
+    """The claims section of the emulator's output for the pod of :func:`pod_document`."""
+    cdi_id = f"k8s.{case.driver}/claim={uid}-accel"
+    claims = output.partition(f"pod {key}: resource claims prepared\n")[2]
+    assert claims, output
+    assert f"{case.driver} {node}/{device} (accel)" in claims
+    assert f"container main:\n    claim accel: CDI devices {cdi_id}\n" in claims
+    assert f"container helper:\n    claim accel/accel: CDI devices {cdi_id}\n" in claims
+    assert "container plain:" not in claims  # it names no claim
+    assert case.edit in claims, output  # read from the claim's CDI spec
+
+
+@pytest.mark.parametrize("case", BACKENDS)
 async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
     kube: AsyncClient,
     kube_apiserver: ApiServer,
     kube_node: str,
     node_client: NodeClient,
     namespace: str,
-    accel_class: str,
     tmp_path: Path,
+    case: BackendCase,
 ) -> None:
     admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
     as_node = write_kubeconfig(
         tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
     )
+    selecting = await device_class(kube, case.selector)
     with short_tempdir("admitdra-") as root:
-        registry, cdi = root / "registry", root / "cdi"
-        plugin = await spawn(
-            *fake_node(tmp_path),
-            "--kubelet-api",
-            "dra",
-            "--node-name",
-            kube_node,
-            "--kubeconfig",
-            str(as_node),
-            "--kubelet-plugins-dir",
-            str(root / "plugins"),
-            "--plugins-registry-dir",
-            str(registry),
-            "--dra-cdi-spec-dir",
-            str(cdi),
-            log=tmp_path / "plugin.log",
-        )
-        try:
-            found = await asyncio.wait_for(published(kube, kube_node), TIMEOUT)
-            device = selected_device(found)
-            claim, uid = await allocated_claim(kube, namespace, accel_class, kube_node, device)
+        async with dra_plugin(case, tmp_path, root, kube_node, as_node):
+            found = await asyncio.wait_for(published(kube, kube_node, case.driver), TIMEOUT)
+            device = selected_device(found, case)
+            claim, uid = await allocated_claim(
+                kube, namespace, selecting, kube_node, device, case.driver
+            )
             await bound_pod(kube, namespace, claim, kube_node)
             await asyncio.wait_for(
                 readable_by_node(node_client(kube_node), namespace, claim), TIMEOUT
             )
             pod = pod_manifest(tmp_path / "pod.yaml", namespace, claim)
-            emulator = [
-                "kubelet",
-                "--plugin-dir",
-                str(root / "device-plugins"),
-                "--plugins-registry-dir",
-                str(registry),
-                "--kubeconfig",
-                str(admin),
-                "--cdi-spec-dir",
-                str(cdi),
-                "--admit",
-                str(pod),
-                "--admit-timeout",
-                str(TIMEOUT),
-            ]
-            cdi_id = f"k8s.{DRIVER}/claim={uid}-accel"
-            spec = cdi / f"k8s.{DRIVER}_claim_{uid}.json"
+            emulator = emulator_argv(root, admin, pod)
+            key = f"{namespace}/trainer"
+            spec = root / "cdi" / f"k8s.{case.driver}_claim_{uid}.json"
 
             # --once: prepared, printed, unprepared at the end.
             once = await spawn(*emulator, "--once")
@@ -310,26 +392,18 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
             finally:
                 await stop(once)
             assert once.returncode == 0, output
-            key = f"{namespace}/trainer"
-            assert f"pod {key}: resource claims prepared" in output
             assert f"claim accel: ResourceClaim {namespace}/{claim} ({uid})" in output
-            assert f"{DRIVER} {kube_node}/{device} (accel)" in output
-            assert f"container main:\n    claim accel: CDI devices {cdi_id}\n" in output
-            assert f"container helper:\n    claim accel/accel: CDI devices {cdi_id}\n" in output
-            assert "container plain:" not in output.partition("resource claims prepared")[2], output
-            assert (
-                f"device nodes:\n          {WANTED} -> {WANTED} (mrw)\n" in output
-            )  # from the claim's CDI spec
+            check_prepared(output, case, key, kube_node, device, uid)
             assert f"pod {key}: resource claims unprepared" in output
             assert not spec.exists()
 
             # Kept running: the spec is there (and valid CDI) until the emulator stops.
             running = await spawn(*emulator)
             try:
-                shown = await asyncio.wait_for(read_until(running, "device nodes:"), TIMEOUT)
-                assert cdi_id in shown
+                shown = await asyncio.wait_for(read_until(running, f"from {spec}"), TIMEOUT)
+                assert f"k8s.{case.driver}/claim={uid}-accel" in shown
                 written = assert_valid_spec_file(spec)
-                assert written["kind"] == f"k8s.{DRIVER}/claim"
+                assert written["kind"] == f"k8s.{case.driver}/claim"
                 assert [d["name"] for d in written["devices"]] == [f"{uid}-accel"]
                 running.send_signal(signal.SIGTERM)
                 rest = (await asyncio.wait_for(running.communicate(), TIMEOUT))[0].decode()
@@ -338,12 +412,7 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
             assert running.returncode == 0, rest
             assert f"pod {key}: resource claims unprepared" in rest
             assert not spec.exists()
-        finally:
-            plugin.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(plugin.wait(), TIMEOUT)
-            finally:
-                await stop(plugin)
+    await kube.delete(DeviceClass, selecting)
 
 
 @pytest.mark.parametrize(
