@@ -3,7 +3,7 @@
 Add a line per fixture module; do not remove other areas' lines.
 """
 
-from tests.dra_kube_fixtures import kube, kube_apiserver, kube_node, node_client
+from tests.dra_kube_fixtures import kube, kube_apiserver, kube_namespace, kube_node, node_client
 from tests.dra_plugin_fixtures import dra_root, start_driver
 from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
 from tests.generic_fixtures import fake_host, run_backend, umockdev_harness, write_config
@@ -23,6 +23,7 @@ __all__ = [
     "fake_nvml_library",
     "kube",
     "kube_apiserver",
+    "kube_namespace",
     "kube_node",
     "kubelet",
     "kubelet_dir",

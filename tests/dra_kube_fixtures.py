@@ -6,6 +6,7 @@
 - ``kube_node``: a Node object of a name no other test uses (one the API
   server has a kubelet token for), its slices and itself deleted at teardown.
 - ``node_client``: ``node_client(name)`` is a client acting as that node's kubelet.
+- ``kube_namespace``: a Namespace of its own for the test's claims and pods.
 
 Skipped, with the reason, when ``KUBEBUILDER_ASSETS`` is unset or lightkube
 (the ``[dra]`` extra) is not installed.
@@ -14,6 +15,7 @@ Skipped, with the reason, when ``KUBEBUILDER_ASSETS`` is unset or lightkube
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 
 _names: Iterator[str] = iter(NODES)
+_namespaces: Iterator[str] = (f"test-{i}" for i in itertools.count())
 NodeClient = Callable[[str], "AsyncClient"]
 
 
@@ -98,3 +101,16 @@ async def kube_node(kube: AsyncClient) -> AsyncIterator[str]:
     await delete_slices(kube, name)
     with contextlib.suppress(Exception):
         await kube.delete(Node, name)
+
+
+@pytest.fixture
+async def kube_namespace(kube: AsyncClient) -> AsyncIterator[str]:
+    """A fresh Namespace. Deleting it only marks it: no namespace controller runs to empty it."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    name = next(_namespaces)
+    await kube.create(Namespace(metadata=ObjectMeta(name=name)))
+    yield name
+    with contextlib.suppress(Exception):
+        await kube.delete(Namespace, name)

@@ -1,7 +1,9 @@
 """A real etcd and kube-apiserver on loopback, the way controller-runtime's envtest runs them.
 
 The binaries come from the directory ``$KUBEBUILDER_ASSETS`` names (``etcd``,
-``kube-apiserver``; ``kube-scheduler`` is used by callers only where present).
+``kube-apiserver``, and ``kube-scheduler`` where present: then it runs too, and
+``ApiServer.scheduler`` says so; tests that need it skip with
+:func:`scheduler_missing`'s reason otherwise).
 The API server authenticates bearer tokens from a static file: an admin token
 (``system:masters``) and one token per name in :data:`NODES`, each a kubelet
 identity (``system:node:<name>`` in ``system:nodes``), so the Node authorizer
@@ -16,6 +18,7 @@ with the tests, not in the package: the package spawns no process
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -26,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ class ApiServer:
     admin_token: str
     node_tokens: Mapping[str, str] = field(hash=False)
     workdir: Path
+    scheduler: bool = False  # a kube-scheduler runs against it
 
     def kubeconfig(self, token: str | None = None) -> dict[str, Any]:
         """A kubeconfig (as a dict) for ``token`` (default: the admin's)."""
@@ -98,15 +102,18 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _wait_ready(url: str, token: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(
+    url: str, token: str, process: subprocess.Popen[bytes], log: Path, name: str
+) -> None:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(f"{url}/readyz", headers={"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{url}/readyz", headers=headers)
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"kube-apiserver exited {process.returncode}:\n{_tail(log)}")
+            raise RuntimeError(f"{name} exited {process.returncode}:\n{_tail(log)}")
         with (
             contextlib.suppress(urllib.error.URLError, OSError),
             urllib.request.urlopen(request, timeout=2, context=context) as answer,
@@ -114,7 +121,7 @@ def _wait_ready(url: str, token: str, process: subprocess.Popen[bytes], log: Pat
             if answer.status == 200:
                 return
         time.sleep(0.1)  # no event to wait on: the server only answers when ready
-    raise RuntimeError(f"kube-apiserver not ready after {READY_TIMEOUT:.0f} s:\n{_tail(log)}")
+    raise RuntimeError(f"{name} not ready after {READY_TIMEOUT:.0f} s:\n{_tail(log)}")
 
 
 def _tail(log: Path, lines: int = 30) -> str:
@@ -132,6 +139,57 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+SCHEDULER = "kube-scheduler"
+
+
+def scheduler_missing(binaries: Path | None = None) -> str | None:
+    """Why no kube-scheduler runs (None when one does): a reason to skip."""
+    where = binaries or Path(os.environ.get(ASSETS_ENV, ""))
+    if not os.access(where / SCHEDULER, os.X_OK):
+        return f"{ASSETS_ENV}={where} has no executable {SCHEDULER} (../shared/k8s ships none)"
+    return None
+
+
+def _start_scheduler(binaries: Path, server: ApiServer) -> subprocess.Popen[bytes]:
+    """kube-scheduler as kubeadm runs it, on loopback and a free port.
+
+    Flags from the kube-scheduler reference (kubernetes.io/docs/reference/
+    command-line-tools-reference/kube-scheduler/) and kubeadm's static pod:
+    ``--kubeconfig`` for the API, ``--authentication-kubeconfig`` and
+    ``--authorization-kubeconfig`` so its HTTPS server can delegate (``/readyz``
+    is in ``--authorization-always-allow-paths`` by default, so readiness needs
+    no token), ``--leader-elect=false`` (one scheduler: no Lease to win first),
+    and its own self-signed certificate in ``--cert-dir``. The admin token: this
+    checks our driver with the real scheduler, not the scheduler's RBAC.
+    """
+    workdir = server.workdir
+    kubeconfig = workdir / "scheduler.kubeconfig"
+    kubeconfig.write_text(json.dumps(server.kubeconfig()))  # JSON is YAML, as client-go reads it
+    (port,) = _free_ports(1)
+    log_path = workdir / "kube-scheduler.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                str(binaries / SCHEDULER),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={workdir / 'scheduler-pki'}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_ready(f"https://127.0.0.1:{port}", "", process, log_path, SCHEDULER)
+    except BaseException:
+        _stop(process)
+        raise
+    return process
 
 
 @contextlib.contextmanager
@@ -202,8 +260,12 @@ def api_server() -> Iterator[ApiServer]:
         )
         processes.append(api)
         url = f"https://127.0.0.1:{api_port}"
-        _wait_ready(url, ADMIN_TOKEN, api, api_log_path)
-        yield ApiServer(url, ADMIN_TOKEN, node_tokens, workdir)
+        _wait_ready(url, ADMIN_TOKEN, api, api_log_path, "kube-apiserver")
+        server = ApiServer(url, ADMIN_TOKEN, node_tokens, workdir)
+        if scheduler_missing(binaries) is None:
+            processes.append(_start_scheduler(binaries, server))
+            server = replace(server, scheduler=True)
+        yield server
     finally:
         for process in reversed(processes):
             _stop(process)

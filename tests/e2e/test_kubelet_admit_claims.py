@@ -29,7 +29,7 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.resources.resource_v1 import (
     DeviceClass,
     ResourceClaim,
@@ -86,14 +86,6 @@ NVIDIA = BackendCase("gpu.nvidia.com", "index", 2, "NVIDIA_VISIBLE_DEVICES=GPU-"
 BACKENDS = [pytest.param(GENERIC, id="generic"), pytest.param(NVIDIA, id="nvidia-simulated")]
 pytestmark = pytest.mark.timeout(120)
 _names = (f"admit-{i}" for i in itertools.count())
-
-
-@pytest.fixture
-async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
-    name = next(_names)
-    await kube.create(Namespace(metadata=ObjectMeta(name=name)))
-    yield name
-    await kube.delete(Namespace, name)
 
 
 async def device_class(kube: AsyncClient, selector: str) -> str:
@@ -360,10 +352,11 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
     kube_apiserver: ApiServer,
     kube_node: str,
     node_client: NodeClient,
-    namespace: str,
+    kube_namespace: str,
     tmp_path: Path,
     case: BackendCase,
 ) -> None:
+    namespace = kube_namespace
     admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
     as_node = write_kubeconfig(
         tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
@@ -433,12 +426,13 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
 async def test_a_claim_that_cannot_be_prepared_fails_the_pod(
     kube: AsyncClient,
     kube_apiserver: ApiServer,
-    namespace: str,
+    kube_namespace: str,
     accel_class: str,
     tmp_path: Path,
     case: str,
     message: str,
 ) -> None:
+    namespace = kube_namespace
     admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
     claim = "no-such-claim"
     if case != "missing":
