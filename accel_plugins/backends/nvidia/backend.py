@@ -156,9 +156,13 @@ class NvidiaBackend:
     async def run(self, publish: Publish) -> None:
         initialised = False
         try:
-            await asyncio.to_thread(self.nvml.init)
-            initialised = True
-            node = await asyncio.to_thread(discover, self.nvml)
+            # One trip to a worker thread for both: each trip is a loop round on
+            # the way to the first tree (issue 17).
+            started: list[bool] = []
+            try:
+                node = await asyncio.to_thread(self._init_and_discover, started)
+            finally:
+                initialised = bool(started)
             self._resources = self.build(node)
             # Driver versions are for DRA attributes only: read when first described,
             # not on every start on the way to the first tree.
@@ -197,6 +201,12 @@ class NvidiaBackend:
                     await asyncio.shield(asyncio.to_thread(self.nvml.shutdown))
             except NvmlError as exc:
                 log.warning("NVML shutdown failed: %s", exc)
+
+    def _init_and_discover(self, started: list[bool]) -> Node:
+        """NVML init, then discovery (worker thread); ``started`` records a done init."""
+        self.nvml.init()
+        started.append(True)
+        return discover(self.nvml)
 
     def _read_label_facts(self, node: Node) -> LabelFacts | None:
         """Driver/CUDA versions and compute capabilities, for DRA attributes (best effort)."""
