@@ -46,6 +46,28 @@ class Calls(NoMetrics):
         self.count += 1
 
 
+async def allocate_samples(
+    plugin_dir: Path, rounds: int, resource: str = UNIFORM, *, count: int = 2
+) -> list[float]:
+    """Milliseconds per pod admitted by the emulator (``count`` devices of ``resource``),
+    each pod released after."""
+    async with Kubelet(plugin_dir) as kubelet:
+        manager = Manager(Fixed, ManagerSettings(plugin_dir=plugin_dir), metrics=NoMetrics())
+        task = asyncio.create_task(manager.run())
+        try:
+            await kubelet.wait_for_resource(resource, allocatable=8, timeout=30)
+            samples: list[float] = []
+            for n in range(rounds):
+                start = time.perf_counter()
+                await kubelet.allocate(f"pod-{n}", "main", resource, count)
+                samples.append((time.perf_counter() - start) * 1000)
+                kubelet.release(f"pod-{n}")
+            return samples
+        finally:
+            await manager.stop()
+            await task
+
+
 async def bench_admission(args: argparse.Namespace, workdir: Path) -> list[Row]:
     rounds = 100 if args.quick else 1000
     plugin_dir = workdir / "plugins"

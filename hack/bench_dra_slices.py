@@ -1,4 +1,6 @@
-"""DRA API side on a real kube-apiserver (loopback): slice update after a hotplug, claim read.
+"""DRA on a real kube-apiserver (loopback): slice update after a hotplug, claim read, and
+claim prepare over the driver's socket beside the device-plugin path's admission
+(bench_dra_prepare).
 
 Needs ``KUBEBUILDER_ASSETS`` (etcd and kube-apiserver, as the tests do) and the ``[dra]``
 extra; without them the section prints why and yields no rows.
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 from typing import cast
 
+from bench_dra_prepare import compared_rows
 from benchlib import Row, percentile
 
 from accel_plugins.plugin.device import Device, DeviceTree, tree
@@ -42,6 +45,7 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
 
     from accel_plugins.dra.kube import KubeClaimSource, KubeSlicePublisher, make_client
     from accel_plugins.dra.model import ClaimRef
+    from accel_plugins.kubelet.dra import DraClaim
 
     rounds = 20 if args.quick else 100
     with api_server() as server:
@@ -77,7 +81,8 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
                     ),
                 )
             )
-            result = {"request": "dev", "driver": DRIVER, "pool": NODE, "device": "unit000"}
+            # u0: a device of the backend the prepare benchmark serves (bench_admission.Fixed).
+            result = {"request": "dev", "driver": DRIVER, "pool": NODE, "device": "u0"}
             status = {"status": {"allocation": {"devices": {"results": [result]}}}}
             await admin.patch(
                 ResourceClaimStatus,
@@ -95,6 +100,16 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
                 start = time.perf_counter()
                 await source.resolve(ref, DRIVER, NODE)
                 reads.append((time.perf_counter() - start) * 1000)
+            # The admin identity reads the claim: a node's would need a pod bound to it
+            # (the Node authorizer); the API read costs the same.
+            compared = await compared_rows(
+                source,
+                DraClaim(namespace="default", name="bench", uid=claim.metadata.uid),
+                driver=DRIVER,
+                node=NODE,
+                workdir=workdir,
+                rounds=rounds,
+            )
         finally:
             await node.close()
             await admin.close()
@@ -104,4 +119,5 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
         Row("DRA slice update after hotplug p99", p99, "ms", f"<= {GOAL_MS:.0f}", p99 <= GOAL_MS),
         Row("DRA claim read (API GET) p50", percentile(reads, 50), "ms", "", None),
         Row("DRA claim read (API GET) p99", percentile(reads, 99), "ms", "", None),
+        *compared,
     ]
