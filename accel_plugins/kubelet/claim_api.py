@@ -7,6 +7,8 @@ so ``--kubeconfig`` means the same for both.
 
 from __future__ import annotations
 
+import logging
+
 import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.resources.resource_v1 import ResourceClaim
@@ -20,6 +22,9 @@ class KubeClaimReader:
 
     def __init__(self, config: KubeConfig) -> None:
         self._client: AsyncClient = make_client(config)
+        # httpx logs every request at INFO: one line per claim read amid the admission
+        # output, which prints the outcome anyway.
+        logging.getLogger("httpx2").setLevel(logging.WARNING)
 
     async def get(self, namespace: str, name: str) -> ClaimInfo:
         try:
