@@ -143,6 +143,8 @@ async def test_restarts_keep_the_device_ids(
     fake_host.node("/dev/kvm", major=10, minor=232)
     running = await start_manager(factory(fake_host, tmp_path))
     await kubelet.wait_for_resource(SERIAL, allocatable=1)
+    # Both resources' first lists: each resource registers on its own, KVM may come later.
+    await kubelet.wait_for_resource(KVM, allocatable=3)
     before = {r: sorted(kubelet.resources[r].devices) for r in (SERIAL, KVM)}
     record = await kubelet.allocate("pod", "main", SERIAL, 1)
 
