@@ -40,6 +40,7 @@ NOT_BEFORE_SERVING = {
         "accel_plugins.backends.nvidia.dra_attributes",
         "accel_plugins.backends.nvidia.telemetry",
         "accel_plugins.backends.nvidia.preferred_allocation",
+        "accel_plugins.backends.nvidia.best_effort_search",  # the link matrix: first preference
         "accel_plugins.backends.nvidia.simulate",
         "accel_plugins.backends.nvidia.simulated_profile",
         "accel_plugins.plugin.dra_attributes",

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.nvidia.config import NvidiaSettings
-from accel_plugins.backends.nvidia.discovery import Node, discover
+from accel_plugins.backends.nvidia.discovery import Gpu, Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
 from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, XidPolicy
 from accel_plugins.backends.nvidia.nvml import Nvml, session
-from accel_plugins.backends.nvidia.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
 from accel_plugins.errors import AllocationError, BackendError
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
     from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
     from accel_plugins.backends.nvidia.node_labels import LabelFacts
+    from accel_plugins.backends.nvidia.pair_score import LinkMatrix
     from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
@@ -64,6 +64,7 @@ class NvidiaBackend:
         self._resources: dict[str, list[Device]] = {}
         self._monitor: HealthMonitor | None = None
         self._links: LinkMatrix | None = None
+        self._link_gpus: Sequence[Gpu] = ()  # what _links is built from, on first use
         self._mps_resources: frozenset[str] = frozenset()
         self._mps: MpsReadiness | None = None
         self._telemetry: GpuTelemetry | None = None  # made on the first scrape
@@ -79,10 +80,10 @@ class NvidiaBackend:
     def build(self, node: Node) -> dict[str, list[Device]]:
         """Resources for ``node`` under the MIG strategy and time-slicing config.
 
-        Also computes the node's link matrix, once per device set, for
-        :meth:`preferred_allocation`.
+        The node's link matrix, for :meth:`preferred_allocation`, is built on the
+        first call after (once per device set), not on the way to registration.
         """
-        self._links = LinkMatrix.from_gpus(node.gpus)
+        self._links, self._link_gpus = None, node.gpus
         minors = self._mig_minors
         if minors is None and self.settings.allocate.pass_device_specs:
             from accel_plugins.backends.nvidia.container_contract import read_mig_minors
@@ -300,8 +301,13 @@ class NvidiaBackend:
         from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
 
         check_preferred_request(resource, available, must_include, size)
+        links = self._links
+        if links is None:  # two first calls at once both build it: same result
+            from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+
+            links = self._links = LinkMatrix.from_gpus(self._link_gpus)
         return preferred_devices(
-            self._links,
+            links,
             available,
             must_include,
             size,

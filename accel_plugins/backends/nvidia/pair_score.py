@@ -33,7 +33,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from accel_plugins.backends.nvidia.best_effort_search import Partitioner, mask_of, positions
 from accel_plugins.backends.nvidia.nvml import (
     TOPOLOGY_HOSTBRIDGE,
     TOPOLOGY_INTERNAL,
@@ -155,6 +154,9 @@ class LinkMatrix:
                     weights[p][q] = weights[q][p] = score
         self.weights: tuple[tuple[int, ...], ...] = tuple(tuple(row) for row in weights)
         nodes = numa or {}
+        # The search loads with the first matrix, not with discovery's link tables above.
+        from accel_plugins.backends.nvidia.best_effort_search import Partitioner
+
         self.partitioner = Partitioner(self.weights, numa=[nodes.get(g) for g in self.gpus])
 
     @classmethod
@@ -180,6 +182,8 @@ class LinkMatrix:
 
         ValueError for an index the matrix does not know or an impossible request.
         """
+        from accel_plugins.backends.nvidia.best_effort_search import mask_of, positions
+
         try:
             free = mask_of([self._position[g] for g in available])
             required = mask_of([self._position[g] for g in must])
