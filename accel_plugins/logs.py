@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -22,6 +21,10 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, node: str = "") -> None:
         super().__init__()
         self.node = node
+        # Loaded with the format that needs it: not on a text-logging plugin's start.
+        import json
+
+        self._dumps = json.dumps
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -34,7 +37,11 @@ class JsonFormatter(logging.Formatter):
             entry["node"] = self.node
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return self.dumps(entry)
+
+    def dumps(self, entry: dict[str, object]) -> str:
+        """One log line's text: ``entry`` as JSON, non-ASCII kept."""
+        return self._dumps(entry, ensure_ascii=False)
 
 
 def fatal(message: str, stream: TextIO | None = None) -> None:
@@ -53,7 +60,7 @@ def fatal(message: str, stream: TextIO | None = None) -> None:
         entry = {"ts": round(time.time(), 3), "level": "fatal", "logger": "accel_plugins"}
         if json_formatter.node:
             entry["node"] = json_formatter.node
-        print(json.dumps({**entry, "msg": message}, ensure_ascii=False), file=out, flush=True)
+        print(json_formatter.dumps({**entry, "msg": message}), file=out, flush=True)
     else:
         print(message, file=out, flush=True)
 

@@ -24,8 +24,9 @@ RUN_PATH = (
 
 # Metrics load once the kubelet has the devices (cli.serve): registration never waits for them.
 METRICS = ("prometheus_client", "accel_plugins.metrics.collectors", "accel_plugins.metrics.wiring")
-# Plugin-watcher registration (another mode) and the IDNA codec (getaddrinfo on a host name).
-ELSEWHERE = ("accel_plugins.plugin.plugin_watcher", "encodings.idna")
+# Plugin-watcher registration (another mode), the IDNA codec (getaddrinfo on a host name) and
+# json (JSON logs only; prometheus_client brings it after registration).
+ELSEWHERE = ("accel_plugins.plugin.plugin_watcher", "encodings.idna", "json")
 
 NOT_BEFORE_SERVING = {
     "nvidia": (
