@@ -40,11 +40,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence, Se
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from accel_plugins.errors import ConfigError
 from accel_plugins.kubelet.cdi import DEFAULT_SPEC_DIRS
-from accel_plugins.kubelet.claims import ClaimPreparer, render_claims
+from accel_plugins.kubelet.claims import ClaimPreparer, ClaimReader, render_claims
 from accel_plugins.kubelet.emulator import Kubelet
 from accel_plugins.kubelet.errors import KubeletError
 from accel_plugins.kubelet.model import ContainerResponse, DeviceState
@@ -766,17 +765,15 @@ def admitting(
             pods.append(pod)
 
     claimed = [pod for pod in pods if pod.resource_claims]
-    config = _claims_config(claimed, kubeconfig) if claimed else None
+    make_reader = _claim_reader(claimed, kubeconfig) if claimed else None
 
     async def then(kubelet: Kubelet) -> int | None:
-        if config is None:
+        if make_reader is None:
             code = await admit_pods(
                 kubelet, pods, policy=policy, numa_nodes=nodes, timeout=timeout, echo=echo
             )
             return code if once else None
-        from accel_plugins.kubelet.claim_api import KubeClaimReader
-
-        reader = KubeClaimReader(config)
+        reader = make_reader()
         preparer = ClaimPreparer(
             kubelet, reader, cdi_spec_dirs=cdi_spec_dirs, driver_timeout=timeout
         )
@@ -805,6 +802,8 @@ async def _unprepare(
 ) -> int:
     failed = 0
     for pod in pods:
+        if not preparer.holds(pod):
+            continue  # nothing prepared for it (rejected, or its claims failed their checks)
         errors = await preparer.unprepare(pod)
         for error in errors:
             echo(f"pod {pod.key}: unprepare dynamic resources: {error}")
@@ -814,8 +813,11 @@ async def _unprepare(
     return failed
 
 
-def _claims_config(pods: Sequence[PodSpec], kubeconfig: str | None) -> Any:
-    """The API server's client config for pods with claims; ConfigError (exit 2) without."""
+def _claim_reader(pods: Sequence[PodSpec], kubeconfig: str | None) -> Callable[[], ClaimReader]:
+    """How to read the pods' claims from the API server; ConfigError (exit 2) without one.
+
+    lightkube (the ``[dra]`` extra) is imported here, only for pods with claims.
+    """
     path = kubeconfig or os.environ.get("KUBECONFIG") or ""
     names = ", ".join(pod.key for pod in pods)
     if not path:
@@ -826,9 +828,9 @@ def _claims_config(pods: Sequence[PodSpec], kubeconfig: str | None) -> Any:
             "give --kubeconfig or set KUBECONFIG",
         )
     try:
-        from accel_plugins.kubeclient import load_config
+        from accel_plugins.kubelet.claim_api import reader_factory
     except ImportError as e:
         raise ConfigError(
             "--kubeconfig", "", f"resource claims need the [dra] extra (lightkube): {e}"
         ) from None
-    return load_config(path)
+    return reader_factory(path)

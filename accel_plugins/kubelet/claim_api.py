@@ -8,12 +8,13 @@ so ``--kubeconfig`` means the same for both.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import httpx2
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from accel_plugins.kubeclient import make_client
+from accel_plugins.kubeclient import load_config, make_client
 from accel_plugins.kubelet.claims import AllocatedResult, ClaimInfo, ClaimPrepareError
 
 
@@ -55,3 +56,10 @@ class KubeClaimReader:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def reader_factory(kubeconfig: str) -> Callable[[], KubeClaimReader]:
+    """Load ``kubeconfig`` now (ConfigError naming it when it cannot be read) and return
+    how to make the reader once the event loop runs."""
+    config = load_config(kubeconfig)
+    return lambda: KubeClaimReader(config)

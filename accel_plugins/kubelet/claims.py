@@ -266,6 +266,10 @@ class ClaimPreparer:
             out.append(ContainerClaims(container, tuple(ids)))
         return out
 
+    def holds(self, pod: PodSpec) -> bool:
+        """Whether a claim is prepared (or was sent to a driver) for ``pod``."""
+        return any(pod.key in pods for _, pods in self._prepared.values())
+
     async def unprepare(self, pod: PodSpec) -> list[str]:
         """Unprepare the claims only this pod still uses; the errors, [] when done."""
         batches: dict[str, list[ClaimInfo]] = {}

@@ -29,8 +29,18 @@ with PYPROJECT.open("rb") as _handle:
 # The extras that install a backend's library, and the package each one serves.
 VENDOR_EXTRAS = {"nvidia": "backends/nvidia", "generic": "backends/generic"}
 # Parts of the package that may import more than the base: the backends, the DRA
-# driver's API side (the [dra] extra) and the pytest plugin.
-AREAS = {**VENDOR_EXTRAS, "dra": "dra/kube", "testing": "testing"}
+# driver's API side and the modules the kubelet emulator reads claims with (the [dra]
+# extra; the emulator imports them only for pods with claims) and the pytest plugin.
+# A folder, or one module (``.py``).
+AREAS = {
+    **VENDOR_EXTRAS,
+    "dra": "dra/kube",
+    "kubeclient": "kubeclient.py",
+    "claim_api": "kubelet/claim_api.py",
+    "testing": "testing",
+}
+# Areas that install with another's extra.
+EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra"}
 
 # Top-level module -> the distribution that provides it.
 PROVIDES = {
@@ -99,7 +109,8 @@ def test_all_and_dev_pull_every_backend(extra: str) -> None:
 @pytest.mark.parametrize("area", ["", *AREAS], ids=["framework", *AREAS])
 def test_every_import_is_declared_where_it_is_used(area: str) -> None:
     """Each part imports only third-party modules its install brings (base, plus its extra)."""
-    allowed = _names(BASE) | (_names(EXTRAS.get(area, [])) if area else set())
+    extra = EXTRA_OF.get(area, area)
+    allowed = _names(BASE) | (_names(EXTRAS.get(extra, [])) if extra else set())
     imported = _third_party_imports(area)
     unknown = imported - set(PROVIDES)
     assert not unknown, f"no distribution known for {sorted(unknown)}: add it to PROVIDES"
@@ -107,11 +118,15 @@ def test_every_import_is_declared_where_it_is_used(area: str) -> None:
     assert not undeclared, f"{area or 'framework'} imports {sorted(undeclared)}, not declared"
 
 
+def _in(relative: str, where: str) -> bool:
+    return relative == where if where.endswith(".py") else relative.startswith(where + "/")
+
+
 def _in_area(path: Path, area: str) -> bool:
     relative = path.relative_to(PACKAGE).as_posix()
     if area:
-        return relative.startswith(AREAS[area] + "/")
-    return not any(relative.startswith(prefix + "/") for prefix in AREAS.values())
+        return _in(relative, AREAS[area])
+    return not any(_in(relative, where) for where in AREAS.values())
 
 
 def _third_party_imports(area: str) -> set[str]:
