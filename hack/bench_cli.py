@@ -56,7 +56,10 @@ class Floor:
     idle_pct: float
 
 
-async def measure_floor(workdir: Path, idle: float, runs: int = 5) -> Floor:
+STARTS = 5  # the best of this many starts, for the floor and for each plugin alike
+
+
+async def measure_floor(workdir: Path, idle: float, runs: int = STARTS) -> Floor:
     """The bare Python gRPC process: best of ``runs`` starts, then its RSS and idle CPU."""
     starts: list[float] = []
     for n in range(runs):
@@ -147,12 +150,12 @@ async def run_vendor(
     rows: list[Row] = []
     async with Kubelet(plugin_dir) as kubelet:
         colds: list[float] = []
-        for _ in range(3):  # best of three, as for the floor
+        for _ in range(STARTS):  # the same estimator as the floor's
             began = time.perf_counter()
             child = await start()
             await kubelet.wait_for_resource(resource, allocatable=count, timeout=60)
             colds.append((time.perf_counter() - began) * 1000)
-            if len(colds) < 3:
+            if len(colds) < STARTS:
                 child.terminate()
                 await child.wait()
                 await kubelet.wait_for(lambda k: not k.resources[resource].connected)
