@@ -70,6 +70,7 @@ class NvidiaBackend:
         self._telemetry: GpuTelemetry | None = None  # made on the first scrape
         self._label_facts: LabelFacts | None = None
         self._label_node: Node | None = None  # read on the first DRA description
+        self._checked: tuple[Node, dict[str, list[Device]]] | None = None  # by check()
         self.sys_root = Path("/sys")
 
     @property
@@ -111,10 +112,14 @@ class NvidiaBackend:
         return self._mps_resources
 
     def check(self) -> Node:
-        """Init NVML, discover and build once, then shut down: raises what ``run`` would."""
+        """Init NVML, discover and build once, then shut down: raises what ``run`` would.
+
+        The first ``run`` starts from this discovery instead of repeating it
+        (per-GPU and per-pair NVML queries) on the way to the first tree.
+        """
         with session(self.nvml):
             node = discover(self.nvml)
-        self.build(node)
+        self._checked = (node, self.build(node))
         base = build_resources(node, self.settings.mig_strategy)
         sections = [self.settings.time_slicing, *([self.settings.mps] if self.settings.mps else [])]
         for entry in (e for section in sections for e in unmatched(base, section)):
@@ -160,11 +165,14 @@ class NvidiaBackend:
             # One trip to a worker thread for both: each trip is a loop round on
             # the way to the first tree (issue 17).
             started: list[bool] = []
+            checked, self._checked = self._checked, None
             try:
-                node = await asyncio.to_thread(self._init_and_discover, started)
+                node = await asyncio.to_thread(
+                    self._init_and_discover, started, checked[0] if checked else None
+                )
             finally:
                 initialised = bool(started)
-            self._resources = self.build(node)
+            self._resources = checked[1] if checked else self.build(node)
             # Driver versions are for DRA attributes only: read when first described,
             # not on every start on the way to the first tree.
             self._label_node, self._label_facts = node, None
@@ -203,11 +211,14 @@ class NvidiaBackend:
             except NvmlError as exc:
                 log.warning("NVML shutdown failed: %s", exc)
 
-    def _init_and_discover(self, started: list[bool]) -> Node:
-        """NVML init, then discovery (worker thread); ``started`` records a done init."""
+    def _init_and_discover(self, started: list[bool], checked: Node | None) -> Node:
+        """NVML init, then discovery unless ``check`` just did it (worker thread).
+
+        ``started`` records a done init.
+        """
         self.nvml.init()
         started.append(True)
-        return discover(self.nvml)
+        return checked if checked is not None else discover(self.nvml)
 
     def _read_label_facts(self, node: Node) -> LabelFacts | None:
         """Driver/CUDA versions and compute capabilities, for DRA attributes (best effort)."""
