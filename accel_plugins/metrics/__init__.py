@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from accel_plugins.lazyattrs import lazy_getattr
+
 if TYPE_CHECKING:
     from accel_plugins.metrics.address import (
         DEFAULT_METRICS_ADDRESS,
@@ -95,15 +97,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(globals(), {name: f".{module}" for name, module in _WHERE.items()})
 
 
 def __dir__() -> list[str]:

@@ -19,6 +19,7 @@ from accel_plugins.errors import (
     HookError,
     InvalidSnapshotError,
 )
+from accel_plugins.lazyattrs import lazy_getattr
 from accel_plugins.plugin.allocation import (
     check_preferred_request,
     natural_key,
@@ -95,16 +96,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
+__getattr__ = lazy_getattr(globals(), _LAZY)
 
 __all__ = [
     "ENTRY_POINT_GROUP",

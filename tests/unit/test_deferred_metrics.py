@@ -78,10 +78,12 @@ async def test_opened_streams_are_named_and_wake_a_waiter() -> None:
     assert deferred.streamed == {"example.com/a", "example.com/b"}
 
 
-def test_a_recorder_without_the_hook_still_takes_everything() -> None:
-    # NoMetrics implements every event: attaching it drops what was held, silently.
+def test_after_attach_nothing_is_held_any_more() -> None:
+    # Attached to a recorder that keeps nothing, later events go straight to it:
+    # an opened stream is no longer noted here (only held events are).
     deferred = DeferredMetrics()
     deferred.kubelet_restarted()
-    deferred.registration_failed("example.com/dev")
+    deferred.stream_opened("example.com/a")
     deferred.attach(NoMetrics())
-    deferred.registered("example.com/dev")
+    deferred.stream_opened("example.com/b")
+    assert deferred.streamed == {"example.com/a"}
