@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from pathlib import Path
 
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.kubelet.dra import SERVICE_V1, DraClaim
 from accel_plugins.testing import short_tempdir
+from tests.cli_support import free_port, http_get
 from tests.e2e.test_kubelet_admit_cli import fake_node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,22 +42,6 @@ devices:
     groups:
       - paths: [{path: "/dev/accel0"}]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-async def http_get(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()
-    writer.close()
-    head, _, body = raw.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.kubelet.model import DeviceSpec
 from tests.cdi_fixtures import assert_valid_spec_file
+from tests.cli_support import free_port, http_get
 from tests.framework_fixtures import StartManager
 from tests.generic_fixtures import FakeHost
 from tests.squat_fixtures import DAEMONSET_CONTAINER_ARGS, build_node_dev, squat_config_text
@@ -126,22 +126,6 @@ async def test_the_command_line_serves_it_as_an_operator_runs_it(
         process.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(process.communicate(), timeout=10)
     assert process.returncode == 0, stderr.decode()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-async def http_get(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()
-    writer.close()
-    head, _, body = raw.decode().partition("\r\n\r\n")
-    return int(head.split()[1]), body
 
 
 async def test_squats_daemonset_args_run_unchanged(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from accel_plugins.backends.nvidia.container_contract import generated_mig_minor
 from accel_plugins.backends.nvidia.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulated_profile import SimEvent
 from accel_plugins.kubelet import Kubelet
+from tests.cli_support import free_port
 from tests.metrics_support import MetricsNode, Samples, get, parse, promtool_check, series
 from tests.nvidia_fixtures import profile, settings, simulated_backend
 
@@ -90,13 +90,6 @@ async def test_a_scripted_xid_counts_and_marks_the_gpu(kubelet: Kubelet) -> None
     assert (
         series(values, "accel_plugins_devices")[(("health", "Unhealthy"), ("resource", GPU))] == 1
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def healthz_within(url: str, timeout: float) -> tuple[int, str]:
