@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from accel_plugins.plugin import recorder
 from accel_plugins.plugin.recorder import (
     AllocationFailure,
     DeferredMetrics,
@@ -87,3 +88,10 @@ def test_after_attach_nothing_is_held_any_more() -> None:
     deferred.attach(NoMetrics())
     deferred.stream_opened("example.com/b")
     assert deferred.streamed == {"example.com/a"}
+
+
+def test_every_event_of_the_protocol_is_held_and_forwarded() -> None:
+    # A method added to PluginMetrics but not to the held events would bypass the
+    # hold before attach and never reach Prometheus.
+    events = {name for name in vars(NoMetrics) if not name.startswith("_")}
+    assert set(recorder._EVENTS) == events
