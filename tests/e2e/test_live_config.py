@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.kubelet import Kubelet
+from tests.cli_support import free_port
 from tests.configmap_volume import ConfigMapVolume
-from tests.e2e.test_metrics_nvidia import free_port
 from tests.metrics_support import get, parse, series
 
 NULL = "accel-plugins.io/null"
