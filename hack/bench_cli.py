@@ -2,7 +2,8 @@
 
 Each vendor command is started as a subprocess against the kubelet emulator,
 metrics on: the NVIDIA plugin on a simulated 8-GPU node (``--simulate``, so
-the NVML bindings are imported but no GPU is needed) and the generic plugin
+the NVML bindings are imported but no GPU is needed; ``--real-gpu`` runs it on
+this machine's driver and GPUs instead) and the generic plugin
 on 16 nodes under a temporary /dev. Measured: start until the kubelet has
 the devices, memory after a /metrics scrape, idle CPU, and SIGKILL followed
 by a fresh start until the kubelet has the same devices again (stale socket
@@ -96,12 +97,26 @@ def free_port() -> int:
         return port
 
 
-def commands(workdir: Path) -> dict[str, tuple[str, int, list[str]]]:
+def real_gpus() -> int:
+    """How many GPUs this machine's driver lists (``--real-gpu``)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def commands(workdir: Path, real_gpu: bool) -> dict[str, tuple[str, int, list[str]]]:
     """vendor -> (resource, device count, arguments after the vendor command).
 
     The generic plugin needs 16 real device nodes: without root (mknod) it is left out.
     """
-    found = {"nvidia": ("nvidia.com/gpu", 8, ["--simulate", "pcie-8gpu-nvlink-pairs"])}
+    nvidia = ("nvidia.com/gpu", 8, ["--simulate", "pcie-8gpu-nvlink-pairs"])
+    if real_gpu:
+        nvidia = ("nvidia.com/gpu", real_gpus(), [])
+    found = {"nvidia": nvidia}
     dev = workdir / "dev"
     dev.mkdir()
     try:
@@ -209,6 +224,6 @@ async def bench_cli(args: argparse.Namespace, workdir: Path) -> list[Row]:
         Row("floor: RSS", floor.rss_mb, "MB", "reference", None),
         Row(f"floor: idle CPU over {idle:.0f} s", floor.idle_pct, "% core", "reference", None),
     ]  # fmt: skip
-    for vendor, (resource, count, extra) in commands(workdir).items():
+    for vendor, (resource, count, extra) in commands(workdir, args.real_gpu).items():
         rows += await run_vendor(vendor, resource, count, extra, workdir, idle, floor)
     return rows
