@@ -22,6 +22,8 @@ RUN --mount=type=secret,id=ca-cert \
  && /opt/build/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- install: the wheel with one vendor's extra (its library) into a venv the image copies ---
+# Bytecode is compiled here, since the runtime sets PYTHONDONTWRITEBYTECODE: the modules'
+# (compileall) and the methods their dataclasses generate (accel_plugins.codecache).
 FROM ${BASE_IMAGE} AS venv
 COPY --from=wheel /wheels /wheels
 RUN python3 -m venv /opt/accel-plugins
@@ -32,7 +34,8 @@ RUN --mount=type=secret,id=ca-cert \
  && set -- /wheels/*.whl \
  && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[nvidia,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
- && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
+ && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib \
+ && /opt/accel-plugins/bin/python -m accel_plugins.codecache
 
 FROM venv AS venv-generic
 RUN --mount=type=secret,id=ca-cert \
@@ -40,7 +43,8 @@ RUN --mount=type=secret,id=ca-cert \
  && set -- /wheels/*.whl \
  && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[generic,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
- && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib
+ && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib \
+ && /opt/accel-plugins/bin/python -m accel_plugins.codecache
 
 # --- runtime: shared by both vendors (each adds its own venv) ---
 FROM ${BASE_IMAGE} AS runtime

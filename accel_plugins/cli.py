@@ -640,6 +640,10 @@ FREEZE_HEAP_AFTER = 2.0  # seconds after start; registration takes milliseconds
 def _freeze_heap() -> None:
     gc.freeze()
     gc.enable()
+    # The dataclass methods compiled while starting, for the next start (launch installs it).
+    from accel_plugins import codecache
+
+    codecache.save()
 
 
 def _missing(modules: Iterable[str]) -> list[str]:

@@ -6,15 +6,21 @@ trigger dozens of collections, the older generations walking the whole heap.
 :func:`accel_plugins.cli.main` turns the collector back on: at once for the
 one-shot commands, and in a plugin process once it serves, after freezing what
 start-up built so that later full collections skip it.
+
+It also installs :mod:`accel_plugins.codecache` first, so the methods of the
+dataclasses imported on the way come compiled from a file, as modules do.
 """
 
 from __future__ import annotations
 
 import gc
 
+from accel_plugins import codecache
+
 
 def main() -> int:
     gc.disable()
+    codecache.install()
     from accel_plugins.cli import main as cli_main
 
     return cli_main()
