@@ -66,7 +66,7 @@ def problems(source: str) -> Iterator[str]:
             called = _name(node.func)
             if called.startswith("os.") and called[3:] in FORBIDDEN_OS:
                 yield f"{where}: {called}()"
-            if called in FORBIDDEN_BUILTINS:
+            if called.removeprefix("builtins.") in FORBIDDEN_BUILTINS:
                 yield f"{where}: {called}()"
             if called.startswith("yaml.") and called[5:] in UNSAFE_YAML:
                 yield f"{where}: {called}()"
@@ -81,6 +81,13 @@ def problems(source: str) -> Iterator[str]:
                     yield f"{where}: shell= in a call"
 
 
+# The one module allowed to compile and unmarshal code: accel_plugins.codecache, the
+# bytecode cache of the methods @dataclass generates. What it compiles is the text the
+# dataclasses module wrote for our own classes (never input), and what it unmarshals is
+# read from the package's own __pycache__, the trust .pyc files already have.
+ALLOWED = {"accel_plugins/codecache.py": {"import marshal", "compile()", "builtins.exec()"}}
+
+
 def package_modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "api" not in p.relative_to(PACKAGE).parts)
 
@@ -90,6 +97,9 @@ def test_the_package_spawns_no_shell_and_loads_nothing_unsafely() -> None:
         str(path.relative_to(PACKAGE.parent)): list(problems(path.read_text()))
         for path in package_modules()
     }
+    for path, allowed in ALLOWED.items():
+        assert {issue.split(": ", 1)[1] for issue in found[path]} == allowed, path
+        found[path] = []
     assert {path: issues for path, issues in found.items() if issues} == {}
     assert len(found) > 50, "the check looked at the package"
 
@@ -108,6 +118,7 @@ def test_the_package_spawns_no_shell_and_loads_nothing_unsafely() -> None:
         pytest.param("run(cmd, shell=flag)", id="shell-from-a-variable"),
         pytest.param("eval(text)", id="eval"),
         pytest.param("exec(text)", id="exec"),
+        pytest.param("import builtins\nbuiltins.exec(text)", id="builtins-exec"),
         pytest.param("import yaml\nyaml.load(text)", id="yaml-load-default-loader"),
         pytest.param("import yaml\nyaml.load(text, Loader=yaml.Loader)", id="yaml-full-loader"),
         pytest.param("import yaml\nyaml.unsafe_load(text)", id="yaml-unsafe-load"),
