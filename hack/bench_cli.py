@@ -277,7 +277,11 @@ async def run_vendor(launch: Launch, idle: float, floor: Floor) -> list[Row]:
         Row(f"{vendor}: RSS - floor", rss_over, "MB", *goal("<= 8", rss_over <= 8)),
         Row(f"{vendor}: idle CPU over {idle:.0f} s", cpu, "% core", *goal("<= 0.05", cpu <= 0.05)),
         Row(
-            f"{vendor}: idle - floor's with a stream", cpu - floor.idle_stream_pct, "% core", "", None
+            f"{vendor}: idle - floor's with a stream",
+            cpu - floor.idle_stream_pct,
+            "% core",
+            "",
+            None,
         ),
         Row(
             f"{vendor}: SIGKILL, restart -> same devices",
