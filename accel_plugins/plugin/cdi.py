@@ -26,13 +26,28 @@ from accel_plugins.plugin.device import Device, DeviceNode
 
 log = logging.getLogger(__name__)
 
-CDI_VERSION = "0.5.0"
-"""The lowest version that holds everything written here (``deviceNodes[].hostPath``,
-device names that begin with a digit such as ``0`` or ``0:1``); NVIDIA's writer also
-stamps the minimum version a spec needs, so older runtimes still read it."""
+BASE_VERSION = "0.3.0"
+"""The oldest spec version written: each spec is stamped with the lowest version that
+holds what it uses (:func:`minimum_version`), as the CDI library's
+``MinimumRequiredVersion`` does for NVIDIA's writer, so older runtimes still read it."""
 
 DEFAULT_SPEC_DIR = Path("/var/run/cdi")
 """Where CDI-aware runtimes (containerd, CRI-O, podman) look for specs, besides /etc/cdi."""
+
+
+@dataclass(frozen=True, slots=True)
+class CdiNode:
+    """A device node with what the CDI library records of the host's node (``lstat``):
+    its numbers, permission bits and group; NVIDIA's writer describes nodes so."""
+
+    path: str
+    host_path: str = ""
+    permissions: str = "rwm"
+    major: int | None = None
+    minor: int | None = None
+    file_mode: int | None = None
+    gid: int | None = None
+    additional_gids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +75,7 @@ class ContainerEdits:
     device nodes, mounts and OCI hooks."""
 
     env: tuple[str, ...] = ()
-    device_nodes: tuple[DeviceNode, ...] = ()
+    device_nodes: tuple[DeviceNode | CdiNode, ...] = ()
     mounts: tuple[CdiMount, ...] = ()
     hooks: tuple[CdiHook, ...] = ()
 
@@ -82,15 +97,56 @@ class ContainerEdits:
         if self.env:
             out["env"] = list(self.env)
         if self.device_nodes:
-            out["deviceNodes"] = [
-                {"path": n.container_path, "hostPath": n.host_path, "permissions": n.permissions}
-                for n in self.device_nodes
-            ]
+            out["deviceNodes"] = [_node_json(n) for n in self.device_nodes]
         if self.mounts:
             out["mounts"] = [_mount_json(m) for m in self.mounts]
         if self.hooks:
             out["hooks"] = [_hook_json(h) for h in self.hooks]
         return out
+
+
+def _node_json(node: DeviceNode | CdiNode) -> dict[str, Any]:
+    """A node as CDI writes it: ``hostPath`` only where it differs from ``path``."""
+    if isinstance(node, DeviceNode):
+        node = CdiNode(node.container_path, node.host_path, node.permissions)
+    out: dict[str, Any] = {"path": node.path}
+    if node.host_path and node.host_path != node.path:
+        out["hostPath"] = node.host_path
+    for key, value in (
+        ("major", node.major),
+        ("minor", node.minor),
+        ("fileMode", node.file_mode),
+        ("gid", node.gid),
+    ):
+        if value:  # the library leaves zero values out
+            out[key] = value
+    if node.permissions:
+        out["permissions"] = node.permissions
+    if node.additional_gids:
+        out["additionalGids"] = list(node.additional_gids)
+    return out
+
+
+def minimum_version(spec: Mapping[str, Any]) -> str:
+    """The lowest CDI version that holds what the JSON ``spec`` uses (the CDI library's
+    ``specs-go/version.go``): 0.4.0 mount types, 0.5.0 device names that begin with a
+    digit and ``hostPath`` on nodes, 0.6.0 annotations and a class with a dot, 0.7.0
+    ``additionalGids``."""
+    edits = [spec.get("containerEdits") or {}]
+    edits += [d.get("containerEdits") or {} for d in spec.get("devices", [])]
+    nodes = [n for e in edits for n in e.get("deviceNodes") or []]
+    if any(n.get("additionalGids") for n in nodes):
+        return "0.7.0"
+    kind_class = str(spec.get("kind", "")).partition("/")[2]
+    annotated = spec.get("annotations") or any(d.get("annotations") for d in spec["devices"])
+    if annotated or "." in kind_class:
+        return "0.6.0"
+    digit_name = any(str(d.get("name", ""))[:1].isdigit() for d in spec.get("devices", []))
+    if digit_name or any(n.get("hostPath") for n in nodes):
+        return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts") or []):
+        return "0.4.0"
+    return BASE_VERSION
 
 
 def _mount_json(mount: CdiMount) -> dict[str, Any]:
@@ -132,12 +188,13 @@ class CdiSpec:
         return self.kind.replace("/", "-") + ".json"
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cdiVersion": CDI_VERSION, "kind": self.kind}
+        out: dict[str, Any] = {"cdiVersion": BASE_VERSION, "kind": self.kind}
         if self.edits:
             out["containerEdits"] = self.edits.to_json()
         out["devices"] = [
             {"name": d.name, "containerEdits": d.edits.to_json()} for d in self.devices
         ]
+        out["cdiVersion"] = minimum_version(out)
         return out
 
     def text(self) -> str:

@@ -87,7 +87,10 @@ async def test_a_node_added_inside_the_directory_reaches_the_cdi_spec(
 
     def audio_nodes() -> list[str]:
         spec = json.loads(spec_file.read_text())
-        return [n["hostPath"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
+        return [
+            n.get("hostPath", n["path"])
+            for n in spec["devices"][0]["containerEdits"]["deviceNodes"]
+        ]
 
     # Valid CDI: every deviceNodes entry a node (CDI's library refuses a directory).
     assert_valid_spec_file(spec_file)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from accel_plugins.plugin.cdi import (
     CdiSpecWriter,
     ContainerEdits,
     device_edits,
+    minimum_version,
     qualified_name,
     spec_of_devices,
 )
@@ -40,6 +42,55 @@ DEVICES = {
 }
 
 
+@pytest.mark.parametrize(
+    ("spec", "version"),
+    [
+        pytest.param({"kind": "a.com/b", "devices": [{"name": "x"}]}, "0.3.0", id="base"),
+        pytest.param(
+            {
+                "kind": "a.com/b",
+                "devices": [{"name": "x"}],
+                "containerEdits": {"mounts": [{"hostPath": "/a", "type": "tmpfs"}]},
+            },
+            "0.4.0",
+            id="mount-type",
+        ),
+        pytest.param({"kind": "a.com/b", "devices": [{"name": "0"}]}, "0.5.0", id="digit-name"),
+        pytest.param(
+            {
+                "kind": "a.com/b",
+                "devices": [
+                    {
+                        "name": "x",
+                        "containerEdits": {"deviceNodes": [{"path": "/a", "hostPath": "/b"}]},
+                    }
+                ],
+            },
+            "0.5.0",
+            id="node-host-path",
+        ),
+        pytest.param(
+            {"kind": "a.com/b", "devices": [{"name": "x", "annotations": {"k": "v"}}]},
+            "0.6.0",
+            id="device-annotations",
+        ),
+        pytest.param({"kind": "a.com/b.c", "devices": [{"name": "x"}]}, "0.6.0", id="dotted-class"),
+        pytest.param(
+            {
+                "kind": "a.com/b",
+                "devices": [{"name": "0"}],
+                "containerEdits": {"deviceNodes": [{"path": "/a", "additionalGids": [44]}]},
+            },
+            "0.7.0",
+            id="additional-gids",
+        ),
+    ],
+)
+def test_the_minimum_version_a_spec_needs(spec: dict[str, Any], version: str) -> None:
+    """The rules of CDI's specs-go/version.go (MinimumRequiredVersion) for what we write."""
+    assert minimum_version(spec) == version
+
+
 def test_a_spec_of_framework_devices_lists_each_with_its_edits() -> None:
     spec = spec_of_devices(KIND, DEVICES)
     assert spec.file_name == "accel-plugins.io-fpga.json"
@@ -50,9 +101,8 @@ def test_a_spec_of_framework_devices_lists_each_with_its_edits() -> None:
             {
                 "name": "f0",
                 "containerEdits": {
-                    "deviceNodes": [
-                        {"path": "/dev/fpga0", "hostPath": "/dev/fpga0", "permissions": "mrw"}
-                    ]
+                    # hostPath only where it differs, as the CDI library writes nodes
+                    "deviceNodes": [{"path": "/dev/fpga0", "permissions": "mrw"}]
                 },
             },
             {

@@ -55,9 +55,7 @@ async def test_a_claim_over_two_resources_and_a_subrequest(tmp_path: Path) -> No
             "name": "uid-1-accel_large",
             "containerEdits": {
                 "env": ["LINK=0"],
-                "deviceNodes": [
-                    {"path": "/dev/card0", "hostPath": "/dev/card0", "permissions": "rw"}
-                ],
+                "deviceNodes": [{"path": "/dev/card0", "permissions": "rw"}],
             },
         }
     ]

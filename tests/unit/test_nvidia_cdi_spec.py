@@ -9,12 +9,23 @@ and ``compat_libs.go``; the mount options from ``internal/discover/mounts.go`` a
 ``ipc.go``; the linker cache layout from ``internal/ldcache/ldcache.go``; the IMEX
 class from k8s-device-plugin ``internal/cdi/imex.go``. Every spec generated here
 is checked against the CDI project's JSON schema (tests/cdi_fixtures.py).
+
+What a side-by-side run with NVIDIA's plugin v0.20.0 on an H200 showed (hack/peer_nvidia.py)
+is pinned here with the rules from the toolkit v1.20.0 that plugin vendors: one device name
+per GPU as the ID strategy says and no ``all`` (k8s-device-plugin ``internal/cdi/cdi.go``);
+nodes described from the host's node (``internal/edits/device.go``); mounts and nodes
+sorted by depth, then name (``pkg/nvcdi/transform/sorter.go``); the version a spec needs
+(CDI ``specs-go/version.go``); programs found on ``PATH`` first (``pkg/lookup/path.go``);
+firmware in every directory of the kernel's search path, its custom one first
+(``getFirmwareSearchPaths``); the ``update-application-profile`` hook last
+(``internal/discover/application_profile.go``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -26,11 +37,17 @@ from accel_plugins.backends.nvidia.cdi_spec import (
     CdiOptions,
     NvidiaCdi,
     common_edits,
+    describe_node,
     gpu_spec,
     imex_spec,
 )
-from accel_plugins.backends.nvidia.container_contract import ImexChannel, generated_mig_minors
+from accel_plugins.backends.nvidia.container_contract import (
+    ImexChannel,
+    device_node,
+    generated_mig_minors,
+)
 from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, ContainerEdits
 from accel_plugins.testing import FakeHost
 from tests.cdi_fixtures import LIBDIR, VERSION, assert_valid_spec, fake_driver_root
 from tests.unit.test_nvidia_container_contract import node_of
@@ -114,7 +131,8 @@ LIBS = [
     [pytest.param(True, id="through-the-linker-cache"), pytest.param(False, id="search-dirs")],
 )
 def test_driver_files_of_a_driver_root(tmp_path: Path, in_cache: bool) -> None:
-    driver = DriverRoot(fake_driver_root(tmp_path, in_cache=in_cache), kernel_release="6.1.0")
+    root = fake_driver_root(tmp_path, in_cache=in_cache)
+    driver = DriverRoot(root, kernel_release="6.1.0", search_path="")
     assert driver.version() == VERSION
     assert driver.library_dirs(VERSION) == [LIBDIR]
     assert driver.libraries(VERSION) == LIBS  # not the 470 leftover, not libz
@@ -139,13 +157,49 @@ def test_absolute_links_resolve_inside_the_driver_root(tmp_path: Path) -> None:
     assert DriverRoot(root).version() == VERSION
 
 
-def test_firmware_in_the_kernels_updates_directory_comes_first(tmp_path: Path) -> None:
+def test_firmware_of_every_directory_the_kernels_custom_one_first(tmp_path: Path) -> None:
+    root = fake_driver_root(tmp_path / "root")
+    custom = tmp_path / "firmware_class_path"
+    custom.write_text("/usr/local/nvidia/firmware\n")
+    for directory in ("usr/local/nvidia/firmware", "lib/firmware/updates/6.1.0"):
+        found = root / directory / "nvidia" / VERSION
+        found.mkdir(parents=True)
+        (found / "gsp_ga10x.bin").write_bytes(b"\0")
+        (found / "other.bin").write_bytes(b"\0")  # not gsp*.bin
+    driver = DriverRoot(root, kernel_release="6.1.0", firmware_class_path=custom)
+    assert driver.firmware(VERSION) == [
+        f"/usr/local/nvidia/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/updates/6.1.0/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin",
+    ]
+    custom.write_text("")  # unset: the /lib/firmware directories alone
+    assert DriverRoot(root, kernel_release="6.1.0", firmware_class_path=custom).firmware(
+        VERSION
+    ) == [
+        f"/lib/firmware/updates/6.1.0/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin",
+    ]
+
+
+def test_programs_are_found_on_path_first_as_found(tmp_path: Path) -> None:
+    """The H200's driver lives in /usr/local/nvidia, on the plugin's PATH: NVIDIA mounted
+    /usr/local/nvidia/bin/nvidia-smi there, not the /usr/bin link to it."""
     root = fake_driver_root(tmp_path)
-    updates = root / "lib/firmware/updates/6.1.0/nvidia" / VERSION
-    updates.mkdir(parents=True)
-    (updates / "gsp_ga10x.bin").write_bytes(b"\0")
-    assert DriverRoot(root, kernel_release="6.1.0").firmware(VERSION) == [
-        f"/lib/firmware/updates/6.1.0/nvidia/{VERSION}/gsp_ga10x.bin"
+    local_bin = root / "usr/local/nvidia/bin"
+    local_bin.mkdir(parents=True)
+    (local_bin / "nvidia-smi").write_text("#!/bin/sh\n")
+    (local_bin / "nvidia-smi").chmod(0o755)
+    (local_bin / "nvidia-persistenced").write_text("not executable")
+    (local_bin / "nvidia-debugdump").mkdir()  # a directory is no program
+    (root / "usr/bin/nvidia-cuda-mps-control").symlink_to("../local/nvidia/bin/nvidia-smi")
+    driver = DriverRoot(root, search_path="relative/dir:/usr/local/nvidia/bin:/usr/bin")
+    assert driver.binary_dirs()[:3] == ["/usr/local/nvidia/bin", "/usr/bin", "/usr/local/sbin"]
+    assert driver.binaries() == [
+        "/usr/local/nvidia/bin/nvidia-smi",
+        "/usr/bin/nvidia-persistenced",
+        "/usr/bin/nvidia-cuda-mps-control",  # a link is mounted where it was found
     ]
 
 
@@ -177,6 +231,7 @@ def hooks_json(path: str, names: list[str]) -> list[dict[str, Any]]:
         "enable-cuda-compat": [f"--host-driver-version={VERSION}"],
         "update-ldcache": ["--folder", LIBDIR, "--folder", f"{LIBDIR}/vdpau"],
         "disable-device-node-modification": [],
+        "update-application-profile": [],
     }
     return [
         {
@@ -194,6 +249,7 @@ ALL_HOOKS = [
     "enable-cuda-compat",
     "update-ldcache",
     "disable-device-node-modification",
+    "update-application-profile",
 ]
 
 
@@ -208,7 +264,14 @@ ALL_HOOKS = [
         ),
         pytest.param(
             CdiOptions(disabled_hooks=("update-ldcache", "enable-cuda-compat")),
-            hooks_json(HOOK, ["create-symlinks", "disable-device-node-modification"]),
+            hooks_json(
+                HOOK,
+                [
+                    "create-symlinks",
+                    "disable-device-node-modification",
+                    "update-application-profile",
+                ],
+            ),
             id="two-disabled",
         ),
         pytest.param(CdiOptions(disabled_hooks=("all",)), [], id="all-disabled"),
@@ -220,29 +283,48 @@ def test_common_edits_golden(tmp_path: Path, options: CdiOptions, hooks: list[An
     dev = FakeHost(tmp_path / "dev")
     dev.node("/dev/nvidiactl", major=195, minor=255)
     dev.node("/dev/nvidia-uvm", major=508, minor=0)
-    driver = DriverRoot(root, kernel_release="6.1.0")
+    for node in ("/dev/nvidiactl", "/dev/nvidia-uvm"):
+        dev.local(node).chmod(0o666)  # as the driver makes them (mknod obeys the umask)
+    driver = DriverRoot(root, kernel_release="6.1.0", search_path="")
     got = common_edits(driver, dev.root, options).to_json()
     file_options = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
     ipc_options = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
 
-    def mount(path: str, opts: list[str]) -> dict[str, Any]:
+    def mount(path: str, opts: list[str] = file_options) -> dict[str, Any]:
         return {"hostPath": f"{root}{path}", "containerPath": path, "options": opts}
 
+    firmware = f"/lib/firmware/nvidia/{VERSION}"
     expected: dict[str, Any] = {
         "env": [f"NVIDIA_CTK_LIBCUDA_DIR={LIBDIR}", "NVIDIA_VISIBLE_DEVICES=void"],
-        # the toolkit's order, only the nodes that exist
+        # only the nodes that exist; described from the host's node (a zero minor is left
+        # out); sorted by depth, then name
         "deviceNodes": [
-            {"path": p, "hostPath": f"{dev.root}{p}", "permissions": "rw"}
-            for p in ("/dev/nvidia-uvm", "/dev/nvidiactl")
+            {
+                "path": "/dev/nvidia-uvm",
+                "hostPath": f"{dev.root}/dev/nvidia-uvm",
+                "major": 508,
+                "fileMode": 0o666,
+                "permissions": "rwm",
+            },
+            {
+                "path": "/dev/nvidiactl",
+                "hostPath": f"{dev.root}/dev/nvidiactl",
+                "major": 195,
+                "minor": 255,
+                "fileMode": 0o666,
+                "permissions": "rwm",
+            },
         ],
+        # by the depth of the container path, then by name
         "mounts": [
-            *(mount(p, file_options) for p in LIBS),
             mount("/run/nvidia-persistenced/socket", ipc_options),
+            mount("/usr/bin/nvidia-persistenced"),
+            mount("/usr/bin/nvidia-smi"),
+            *(mount(p) for p in LIBS if "/vdpau/" not in p),
             mount("/var/run/nvidia-fabricmanager/socket", ipc_options),
-            mount(f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin", file_options),
-            mount(f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin", file_options),
-            mount("/usr/bin/nvidia-smi", file_options),
-            mount("/usr/bin/nvidia-persistenced", file_options),
+            mount(f"{firmware}/gsp_ga10x.bin"),
+            mount(f"{firmware}/gsp_tu10x.bin"),
+            *(mount(p) for p in LIBS if "/vdpau/" in p),
         ],
     }
     if hooks:
@@ -263,36 +345,75 @@ def test_without_a_driver_the_spec_holds_device_nodes_only(tmp_path: Path) -> No
     assert edits.to_json() == {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
 
 
-def test_gpu_devices_by_uuid_and_index_and_mig_by_gpu_colon_mig(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["uuid", "index"])
+def test_one_device_per_gpu_and_mig_device_named_as_the_id_strategy_says(
+    tmp_path: Path, strategy: str
+) -> None:
     node = node_of("a100-mig")
-    spec = gpu_spec(node, DriverRoot(tmp_path), tmp_path, CdiOptions(), generated_mig_minors(4))
-    names = [d.name for d in spec.devices]
+    options = CdiOptions(device_id_strategy=strategy)
+    spec = gpu_spec(node, DriverRoot(tmp_path), tmp_path, options, generated_mig_minors(4))
     whole = [g for g in node.gpus if not g.mig_enabled]
     migs = [m for g in node.gpus if g.mig_enabled for m in g.migs]
-    assert names == [
-        *(n for g in whole for n in (g.uuid, str(g.index))),
-        *(n for m in migs for n in (m.uuid, m.index)),
-        "all",
-    ]
+    if strategy == "uuid":
+        names = [*(g.uuid for g in whole), *(m.uuid for m in migs)]
+    else:
+        names = [*(str(g.index) for g in whole), *(m.index for m in migs)]
+    assert [d.name for d in spec.devices] == sorted(names)  # no "all": the plugin has none
     by_name = {d.name: d.edits for d in spec.devices}
     gpu = whole[0]
-    assert [n.container_path for n in by_name[str(gpu.index)].device_nodes] == [
-        f"/dev/nvidia{gpu.minor}"
-    ]
-    assert by_name[gpu.uuid] == by_name[str(gpu.index)]
+    name = gpu.uuid if strategy == "uuid" else str(gpu.index)
+    assert [n.path for n in by_name[name].device_nodes] == [f"/dev/nvidia{gpu.minor}"]  # type: ignore[union-attr]
     first = node.gpus[0]
     mig = first.migs[0]
     minors = generated_mig_minors(4)
     gi = minors[f"gpu{first.minor}/gi{mig.gpu_instance}/access"]
     ci = minors[f"gpu{first.minor}/gi{mig.gpu_instance}/ci{mig.compute_instance}/access"]
-    assert [n.container_path for n in by_name[mig.index].device_nodes] == [
+    name = mig.uuid if strategy == "uuid" else mig.index
+    assert [n.path for n in by_name[name].device_nodes] == [  # type: ignore[union-attr]
         f"/dev/nvidia{first.minor}",
         f"/dev/nvidia-caps/nvidia-cap{gi}",
         f"/dev/nvidia-caps/nvidia-cap{ci}",
     ]
-    every = {n for d in spec.devices if d.name != "all" for n in d.edits.device_nodes}
-    assert set(by_name["all"].device_nodes) == every
-    assert len(by_name["all"].device_nodes) == len(every)  # each node once
+    assert spec.to_json()["cdiVersion"] == "0.5.0"  # nodes under a temp dev root: hostPath
+
+
+def test_nodes_under_dev_root_slash_make_a_0_3_0_spec(tmp_path: Path) -> None:
+    """As NVIDIA's spec on the H200: UUID names, nodes at their own path -> 0.3.0."""
+    node = node_of("pcie-4gpu")
+    spec = gpu_spec(node, DriverRoot(tmp_path), Path("/"), CdiOptions(), {}).to_json()
+    assert spec["cdiVersion"] == "0.3.0"
+    assert all(
+        "hostPath" not in n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "gid", "flags", "extra"),
+    [
+        pytest.param(0o666, 0, (), None, id="root-group-open-to-all"),
+        pytest.param(0o660, 44, (), [44], id="video-group-only"),
+        pytest.param(0o666, 44, (), None, id="group-but-open-to-all"),
+        pytest.param(0o660, 44, ("no-additional-gids-for-device-nodes",), None, id="flag-off"),
+    ],
+)
+def test_a_node_s_group_is_an_extra_group_of_the_container_unless_open_to_all(
+    tmp_path: Path, mode: int, gid: int, flags: tuple[str, ...], extra: list[int] | None
+) -> None:
+    """internal/edits/device.go getAdditionalGIDs: the node's group, where it is not root
+    and the node is not readable and writable by everyone."""
+    dev = FakeHost(tmp_path)
+    dev.node("/dev/nvidia0", major=195, minor=0)
+    os.chown(dev.local("/dev/nvidia0"), 0, gid)
+    dev.local("/dev/nvidia0").chmod(mode)
+    node = describe_node(device_node(tmp_path, "/dev/nvidia0"), CdiOptions(feature_flags=flags))
+    described = CdiSpec(
+        "k8s.device-plugin.nvidia.com/gpu", (CdiDevice("x", ContainerEdits(device_nodes=(node,))),)
+    ).to_json()
+    got = described["devices"][0]["containerEdits"]["deviceNodes"][0]
+    assert got.get("gid") == (gid or None)
+    assert got.get("fileMode") == mode
+    assert got.get("additionalGids") == extra
+    assert described["cdiVersion"] == ("0.7.0" if extra else "0.5.0")  # hostPath: temp dev root
 
 
 @pytest.mark.parametrize("profile", ["pcie-4gpu", "dgx-h100", "a100-mig"])
@@ -329,7 +450,7 @@ def test_imex_channel_spec(tmp_path: Path) -> None:
                         {
                             "path": "/dev/nvidia-caps-imex-channels/channel0",
                             "hostPath": f"{tmp_path}/dev/nvidia-caps-imex-channels/channel0",
-                            "permissions": "rw",
+                            "permissions": "rwm",
                         }
                     ]
                 },
@@ -349,7 +470,7 @@ def test_specs_are_written_once_rewritten_on_change_and_removed(tmp_path: Path) 
     fewer = dataclasses.replace(node, gpus=node.gpus[:2])
     cdi.write(fewer, {})
     assert path.stat().st_ino != inode  # replaced by rename, never edited in place
-    assert len(json.loads(path.read_text())["devices"]) == 5  # 2 GPUs by UUID and index, and all
+    assert len(json.loads(path.read_text())["devices"]) == 2  # one per GPU
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporaries
     cdi.remove()
     assert list(path.parent.iterdir()) == []

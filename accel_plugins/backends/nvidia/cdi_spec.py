@@ -6,19 +6,25 @@ NVIDIA Container Toolkit's generator (``pkg/nvcdi``) and, when IMEX channels are
 configured, the class ``imex-channel`` (``internal/cdi/imex.go``). Here:
 
 ``k8s.device-plugin.nvidia.com/gpu`` (file ``k8s.device-plugin.nvidia.com-gpu.json``)
-  - one device per GPU without MIG, named by its UUID and again by its index (``0``),
-    holding ``/dev/nvidia<minor>``;
-  - one device per MIG device, named by its UUID and by ``<gpu>:<mig>``, holding the
-    parent's node and the GI and CI capability nodes;
-  - ``all``: every device's edits together (``nvidia-ctk cdi generate`` adds it);
+  - one device per GPU without MIG, holding ``/dev/nvidia<minor>``, and one per MIG
+    device, holding the parent's node and the GI and CI capability nodes; each named
+    as the device-ID strategy says: by UUID, or by index (``0``, ``<gpu>:<mig>``).
+    No ``all`` device (``nvidia-ctk cdi generate`` adds one, the plugin does not);
   - edits every container gets: the control nodes that exist, the driver's files
-    (``driver_files.py``: libraries, utilities, IPC sockets, firmware) mounted
-    read-only, ``NVIDIA_VISIBLE_DEVICES=void`` (so a legacy runtime hook that also
-    runs adds nothing) and ``NVIDIA_CTK_LIBCUDA_DIR``, and NVIDIA's OCI hooks run by
-    the configured hook program (``nvidiaCTKPath``): ``create-symlinks`` (libcuda.so
-    and the sonames), ``enable-cuda-compat``, ``update-ldcache`` (the library
-    directories), ``disable-device-node-modification``. ``--cdi-disable-hooks`` names
-    hooks to leave out (``all``: every one); an empty hook path means none.
+    (``driver_files.py``: libraries, utilities, IPC sockets, firmware;
+    ``graphics_files.py``: EGL, Vulkan, X.Org) mounted read-only,
+    ``NVIDIA_VISIBLE_DEVICES=void`` (so a legacy runtime hook that also runs adds
+    nothing) and ``NVIDIA_CTK_LIBCUDA_DIR``, and NVIDIA's OCI hooks run by the
+    configured hook program (``nvidiaCTKPath``): ``create-symlinks`` (graphics
+    links, then libcuda.so and the sonames), ``enable-cuda-compat``,
+    ``update-ldcache`` (the library directories), ``disable-device-node-modification``,
+    ``update-application-profile``. ``--cdi-disable-hooks`` names hooks to leave out
+    (``all``: every one); an empty hook path means none.
+  - device nodes as the CDI library records them (``lstat`` of the host's node:
+    numbers, permission bits, group; ``rwm``); mounts ordered by the depth of their
+    container path, then by name, and nodes likewise (the toolkit's spec sorter).
+
+Checked side by side with NVIDIA's plugin v0.20.0 on an H200 (``hack/peer_nvidia.py``).
 ``k8s.device-plugin.nvidia.com/imex-channel``
   - one device per IMEX channel found at start, named by its ID, holding its node.
 """
@@ -27,6 +33,8 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -42,21 +50,23 @@ from accel_plugins.backends.nvidia.container_contract import (
 )
 from accel_plugins.backends.nvidia.discovery import Node
 from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.graphics_files import Graphics
 from accel_plugins.plugin.cdi import (
     DEFAULT_SPEC_DIR,
     CdiDevice,
     CdiHook,
     CdiMount,
+    CdiNode,
     CdiSpec,
     CdiSpecWriter,
     ContainerEdits,
 )
+from accel_plugins.plugin.device import DeviceNode
 
 log = logging.getLogger(__name__)
 
 GPU_KIND = CDI_KIND
 IMEX_KIND = CDI_IMEX_KIND
-ALL_DEVICES = "all"
 CONTROL_NODES = (
     "/dev/nvidia-modeset",
     "/dev/nvidia-uvm-tools",
@@ -72,12 +82,20 @@ CREATE_SYMLINKS = "create-symlinks"
 ENABLE_CUDA_COMPAT = "enable-cuda-compat"
 UPDATE_LDCACHE = "update-ldcache"
 DISABLE_DEVICE_NODE_MODIFICATION = "disable-device-node-modification"
-HOOKS = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE, DISABLE_DEVICE_NODE_MODIFICATION)
+UPDATE_APPLICATION_PROFILE = "update-application-profile"
+HOOKS = (
+    CREATE_SYMLINKS,
+    ENABLE_CUDA_COMPAT,
+    UPDATE_LDCACHE,
+    DISABLE_DEVICE_NODE_MODIFICATION,
+    UPDATE_APPLICATION_PROFILE,
+)
+NODE_PERMISSIONS = "rwm"
 ALL_HOOKS = "all"
 FEATURE_DISABLE_IPC = "disable-ipc-discoverer"
 FEATURE_NO_GIDS = "no-additional-gids-for-device-nodes"
 FEATURE_FLAGS = (FEATURE_DISABLE_IPC, FEATURE_NO_GIDS)
-"""The toolkit's feature flags this writer honours (no GIDs are ever added here)."""
+"""The toolkit's feature flags this writer honours."""
 _EXTRA_LINKS = (
     # library name pattern -> (link target, link name): pkg discover/symlinks.go
     ("libcuda.so.*", "libcuda.so.1", "libcuda.so"),
@@ -95,6 +113,7 @@ class CdiOptions:
     hook_path: str = "/usr/bin/nvidia-ctk"
     disabled_hooks: tuple[str, ...] = ()
     feature_flags: tuple[str, ...] = ()
+    device_id_strategy: str = "uuid"
 
     def hook_enabled(self, name: str) -> bool:
         if not self.hook_path:
@@ -140,10 +159,63 @@ def _symlinks(driver: DriverRoot, libraries: Sequence[str]) -> list[str]:
     return list(links)
 
 
+def describe_node(node: DeviceNode, options: CdiOptions) -> CdiNode:
+    """A node as the CDI library records it (moby's ``DeviceFromPath`` on the host's node,
+    ``lstat``): its numbers, its permission bits and its group, ``rwm``; a path that is
+    not a device node gets its path alone. A group other than root on a node not open
+    to everyone is also an extra group of the container (unless ``no-additional-gids``)."""
+    try:
+        st = os.lstat(node.host_path)
+    except OSError:
+        return CdiNode(node.container_path, node.host_path, NODE_PERMISSIONS)
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        return CdiNode(node.container_path, node.host_path, NODE_PERMISSIONS)
+    mode = st.st_mode & 0o777
+    gids: tuple[int, ...] = ()
+    open_to_all = mode & 0o006 == 0o006
+    if st.st_gid and not open_to_all and FEATURE_NO_GIDS not in options.feature_flags:
+        gids = (st.st_gid,)
+    return CdiNode(
+        node.container_path,
+        node.host_path,
+        NODE_PERMISSIONS,
+        major=os.major(st.st_rdev),
+        minor=os.minor(st.st_rdev),
+        file_mode=mode,
+        gid=st.st_gid,
+        additional_gids=gids,
+    )
+
+
+def _depth_then_name(path: str) -> tuple[int, str]:
+    return (path.count("/"), path)
+
+
+def sorted_edits(edits: ContainerEdits, common: ContainerEdits | None = None) -> ContainerEdits:
+    """Each entry once, less what ``common`` already gives; mounts and nodes ordered by
+    the depth of their container path, then by name (the toolkit's ``transform`` dedupe,
+    simplify and sort). Env and hooks keep their order."""
+    base = common or ContainerEdits()
+    mounts = [m for m in dict.fromkeys(edits.mounts) if m not in base.mounts]
+    nodes = [n for n in dict.fromkeys(edits.device_nodes) if n not in base.device_nodes]
+    return ContainerEdits(
+        env=tuple(e for e in dict.fromkeys(edits.env) if e not in base.env),
+        device_nodes=tuple(sorted(nodes, key=lambda n: _depth_then_name(_node_path(n)))),
+        mounts=tuple(sorted(mounts, key=lambda m: _depth_then_name(m.container_path))),
+        hooks=tuple(h for h in dict.fromkeys(edits.hooks) if h not in base.hooks),
+    )
+
+
+def _node_path(node: DeviceNode | CdiNode) -> str:
+    return node.container_path if isinstance(node, DeviceNode) else node.path
+
+
 def common_edits(driver: DriverRoot, dev_root: Path, options: CdiOptions) -> ContainerEdits:
     """What every container naming a GPU gets: control nodes, driver files, env, hooks."""
     nodes = tuple(
-        device_node(dev_root, p) for p in CONTROL_NODES if Path(host_path(dev_root, p)).exists()
+        describe_node(device_node(dev_root, p), options)
+        for p in CONTROL_NODES
+        if Path(host_path(dev_root, p)).exists()
     )
     unknown = [f for f in options.feature_flags if f not in FEATURE_FLAGS]
     if unknown:
@@ -157,16 +229,27 @@ def common_edits(driver: DriverRoot, dev_root: Path, options: CdiOptions) -> Con
             "the device nodes only",
             driver.root,
         )
-        return ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), device_nodes=nodes)
+        return sorted_edits(
+            ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",), device_nodes=nodes)
+        )
     libraries = driver.libraries(version)
+    graphics = Graphics(driver, version)
     ipc = [] if FEATURE_DISABLE_IPC in options.feature_flags else driver.ipc()
     mounts = (
+        *(
+            CdiMount(driver.host_path(f.path), f.container_path, FILE_OPTIONS)
+            for f in graphics.files()
+        ),
         *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in libraries),
         *(CdiMount(driver.host_path(p), p, IPC_OPTIONS) for p in ipc),
         *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in driver.firmware(version)),
         *(CdiMount(driver.host_path(p), p, FILE_OPTIONS) for p in driver.binaries()),
     )
     hooks: list[CdiHook] = []
+    graphics_links = graphics.links()
+    if graphics_links and options.hook_enabled(CREATE_SYMLINKS):
+        args = (a for x in graphics_links for a in ("--link", x))
+        hooks.append(hook(options, CREATE_SYMLINKS, *args))
     links = _symlinks(driver, libraries)
     if links and options.hook_enabled(CREATE_SYMLINKS):
         hooks.append(hook(options, CREATE_SYMLINKS, *(a for x in links for a in ("--link", x))))
@@ -181,28 +264,37 @@ def common_edits(driver: DriverRoot, dev_root: Path, options: CdiOptions) -> Con
         hooks.append(hook(options, UPDATE_LDCACHE, *(a for f in folders for a in ("--folder", f))))
     if options.hook_enabled(DISABLE_DEVICE_NODE_MODIFICATION):
         hooks.append(hook(options, DISABLE_DEVICE_NODE_MODIFICATION))
+    if options.hook_enabled(UPDATE_APPLICATION_PROFILE):
+        hooks.append(hook(options, UPDATE_APPLICATION_PROFILE))
     env = (
         f"NVIDIA_CTK_LIBCUDA_DIR={':'.join(driver.library_dirs(version))}",
         "NVIDIA_VISIBLE_DEVICES=void",
     )
-    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts, hooks=tuple(hooks))
+    edits = ContainerEdits(env=env, device_nodes=nodes, mounts=mounts, hooks=tuple(hooks))
+    return sorted_edits(edits)
 
 
-def gpu_devices(node: Node, dev_root: Path, mig_minors: Mapping[str, int]) -> list[CdiDevice]:
-    """Each GPU without MIG by UUID and index, then each MIG device by UUID and index."""
+def gpu_devices(
+    node: Node, dev_root: Path, mig_minors: Mapping[str, int], options: CdiOptions
+) -> list[CdiDevice]:
+    """Each GPU without MIG and each MIG device, named by UUID or by index as
+    ``options.device_id_strategy`` says (NVIDIA's plugin gives the generator one namer)."""
+    by_index = options.device_id_strategy == "index"
     devices: list[CdiDevice] = []
+
+    def add(uuid: str, index: str, nodes: Sequence[DeviceNode]) -> None:
+        edits = ContainerEdits(device_nodes=tuple(describe_node(n, options) for n in nodes))
+        devices.append(CdiDevice(index if by_index else uuid, edits))
+
     for gpu in node.gpus:
-        if gpu.mig_enabled:
-            continue
-        edits = ContainerEdits(device_nodes=gpu_nodes(dev_root, gpu.minor))
-        devices += [CdiDevice(gpu.uuid, edits), CdiDevice(str(gpu.index), edits)]
+        if not gpu.mig_enabled:
+            add(gpu.uuid, str(gpu.index), gpu_nodes(dev_root, gpu.minor))
     for gpu in node.gpus:
         for mig in gpu.migs if gpu.mig_enabled else ():
             nodes = mig_nodes(
                 dev_root, gpu.minor, mig.gpu_instance, mig.compute_instance, mig_minors
             )
-            edits = ContainerEdits(device_nodes=nodes)
-            devices += [CdiDevice(mig.uuid, edits), CdiDevice(mig.index, edits)]
+            add(mig.uuid, mig.index, nodes)
     return devices
 
 
@@ -213,18 +305,30 @@ def gpu_spec(
     options: CdiOptions,
     mig_minors: Mapping[str, int],
 ) -> CdiSpec:
-    devices = gpu_devices(node, dev_root, mig_minors)
-    if devices:
-        every = ContainerEdits().merged(*(d.edits for d in devices))
-        devices.append(CdiDevice(ALL_DEVICES, every))
-    return CdiSpec(GPU_KIND, tuple(devices), common_edits(driver, dev_root, options))
+    common = common_edits(driver, dev_root, options)
+    devices = sorted(
+        (
+            CdiDevice(d.name, sorted_edits(d.edits, common))
+            for d in gpu_devices(node, dev_root, mig_minors, options)
+        ),
+        key=lambda d: d.name,
+    )
+    return CdiSpec(GPU_KIND, tuple(devices), common)
 
 
-def imex_spec(channels: Sequence[ImexChannel], dev_root: Path) -> CdiSpec:
+def imex_spec(
+    channels: Sequence[ImexChannel], dev_root: Path, options: CdiOptions | None = None
+) -> CdiSpec:
+    described = options or CdiOptions()
     return CdiSpec(
         IMEX_KIND,
         tuple(
-            CdiDevice(c.id, ContainerEdits(device_nodes=(device_node(dev_root, c.path),)))
+            CdiDevice(
+                c.id,
+                ContainerEdits(
+                    device_nodes=(describe_node(device_node(dev_root, c.path), described),)
+                ),
+            )
             for c in channels
         ),
     )
@@ -262,7 +366,7 @@ class NvidiaCdi:
         driver = self.driver()
         return [
             gpu_spec(node, driver, self.dev_root, self.options, mig_minors),
-            imex_spec(self.imex_channels, self.dev_root),
+            imex_spec(self.imex_channels, self.dev_root, self.options),
         ]
 
     def write(self, node: Node, mig_minors: Mapping[str, int]) -> list[Path]:

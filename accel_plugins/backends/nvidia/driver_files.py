@@ -12,12 +12,16 @@ for, and where, follows NVIDIA's CDI generator (nvidia-container-toolkit
   versioned libraries (and their ``vdpau`` subdirectory), found through the
   linker cache under the root (``ldcache.py``) or, failing that, the library
   directories NVIDIA searches; plus the legacy ``libnvidia-nvvm70.so.*``;
-- utilities: ``nvidia-smi`` and the other programs NVIDIA mounts, in the usual
-  ``bin`` and ``sbin`` directories;
+- utilities: ``nvidia-smi`` and the other programs NVIDIA mounts, each where it
+  is first found in the plugin's ``PATH``, then the usual ``bin`` and ``sbin``
+  directories (``pkg/lookup/path.go``), as found: links are not resolved;
 - IPC sockets: ``nvidia-persistenced`` and ``nvidia-fabricmanager`` under
-  ``/run`` or ``/var/run`` (the first found), and MPS's ``/tmp/nvidia-mps``;
-- firmware: ``/lib/firmware/nvidia/<version>/gsp*.bin`` in the kernel's
-  firmware directories.
+  ``/run`` or ``/var/run`` (the first found); MPS's ``/tmp/nvidia-mps`` only if it
+  is not a directory (NVIDIA's file filter drops directories, so in practice never);
+- firmware: every ``nvidia/<version>/gsp*.bin`` in the kernel's firmware
+  directories: the one ``/sys/module/firmware_class/parameters/path`` names,
+  then the ``/lib/firmware`` ones;
+- graphics files (``graphics_files.py``).
 
 Paths are returned as they are inside the root (``/usr/bin/nvidia-smi``): a
 container sees them there; :meth:`DriverRoot.host_path` prefixes the root as the
@@ -30,8 +34,10 @@ container's absolute links point into its own tree, not the plugin's).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import platform
+import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
@@ -61,6 +67,8 @@ BINARIES = (
     "nvidia-imex-ctl",
 )
 IPC_SOCKETS = ("nvidia-persistenced/socket", "nvidia-fabricmanager/socket")
+FIRMWARE_CLASS_PATH = Path("/sys/module/firmware_class/parameters/path")
+"""The kernel's extra firmware directory (empty unless set), read from the plugin's /sys."""
 IPC_DIRS = ("/run", "/var/run")
 MPS_PIPE_DIR = "/tmp/nvidia-mps"
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -79,11 +87,16 @@ class DriverRoot:
         host_root: Path | None = None,
         machine: str | None = None,
         kernel_release: str | None = None,
+        search_path: str | None = None,
+        firmware_class_path: Path = FIRMWARE_CLASS_PATH,
     ) -> None:
         self.root = root
         self.host_root = host_root or root
+        self.machine = machine or platform.machine()
         self._cache = ldcache.read(root, machine)
         self._kernel_release = kernel_release or platform.release()
+        self._search_path = os.environ.get("PATH", "") if search_path is None else search_path
+        self._firmware_class_path = firmware_class_path
 
     def host_path(self, path: str) -> str:
         """``/usr/bin/nvidia-smi`` under the root as the host has it (a spec's ``hostPath``)."""
@@ -157,44 +170,66 @@ class DriverRoot:
                     found[f"{directory}/{name}"] = None
         return sorted(found)
 
+    def binary_dirs(self) -> list[str]:
+        """The plugin's ``PATH`` entries, then the usual directories not already among them."""
+        entries = [d for d in self._search_path.split(":") if d.startswith("/")]
+        return list(dict.fromkeys([*entries, *BINARY_DIRS]))
+
     def binaries(self) -> list[str]:
-        """NVIDIA's utilities, each where it is first found."""
+        """NVIDIA's utilities, each where it is first found as an executable file."""
         out: list[str] = []
+        dirs = self.binary_dirs()
         for program in BINARIES:
-            for directory in BINARY_DIRS:
-                path = f"{directory}/{program}"
-                if os.path.isfile(self.local(path)):
+            for directory in dirs:
+                path = f"{directory.rstrip('/')}/{program}"
+                if self._is_executable(path):
                     out.append(path)
                     break
         return out
 
+    def _is_executable(self, path: str) -> bool:
+        try:
+            mode = os.stat(self.local(path)).st_mode  # follows links, as NVIDIA's check
+        except OSError:
+            return False
+        return not stat.S_ISDIR(mode) and bool(mode & 0o111)
+
     def ipc(self) -> list[str]:
-        """The daemons' sockets (first of /run, /var/run) and MPS's pipe directory."""
+        """The daemons' sockets (first of /run, /var/run); MPS's pipe only as a file."""
         out: list[str] = []
         for socket in IPC_SOCKETS:
             for directory in IPC_DIRS:
                 if self._exists(f"{directory}/{socket}"):
                     out.append(f"{directory}/{socket}")
                     break
-        if self._exists(MPS_PIPE_DIR):
+        if self._exists(MPS_PIPE_DIR) and not os.path.isdir(self.local(MPS_PIPE_DIR)):
             out.append(MPS_PIPE_DIR)
         return out
 
-    def firmware(self, version: str) -> list[str]:
-        """The GSP firmware of this driver version in the kernel's firmware directories."""
+    def firmware_dirs(self) -> list[str]:
+        """The kernel's firmware search path: its custom directory first, when set."""
         release = self._kernel_release
-        search = (
+        try:
+            custom = self._firmware_class_path.read_text().strip()
+        except OSError:
+            custom = ""
+        standard = [
             f"/lib/firmware/updates/{release}",
             "/lib/firmware/updates",
             f"/lib/firmware/{release}",
             "/lib/firmware",
-        )
-        for directory in search:
-            nvidia = f"{directory}/nvidia/{version}"
-            names = [n for n in self._names(nvidia, ".bin") if n.startswith("gsp")]
-            if names:
-                return [f"{nvidia}/{n}" for n in sorted(names)]
-        return []
+        ]
+        return [custom, *standard] if custom.startswith("/") else standard
+
+    def firmware(self, version: str) -> list[str]:
+        """Every GSP firmware file of this driver version in the firmware directories."""
+        found: dict[str, None] = {}
+        for directory in self.firmware_dirs():
+            nvidia = f"{directory.rstrip('/')}/nvidia/{version}"
+            for name in self._names(nvidia, ".bin"):
+                if name.startswith("gsp"):
+                    found[f"{nvidia}/{name}"] = None
+        return list(found)
 
     def symlinks_in(self, directory: str) -> dict[str, str]:
         """Symbolic links in a directory: link name -> the name it points to."""
@@ -204,6 +239,14 @@ class DriverRoot:
             if (host / name).is_symlink():
                 out[name] = PurePosixPath(os.readlink(host / name)).name
         return out
+
+    def names(self, directory: str, pattern: str) -> list[str]:
+        """The names in a directory (inside the root) that match a glob pattern, sorted."""
+        return [n for n in self._names(directory, "") if fnmatch.fnmatchcase(n, pattern)]
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` (inside the root) is there, a dangling link included."""
+        return self._exists(path)
 
     def _names(self, directory: str, suffix: str) -> Iterable[str]:
         try:

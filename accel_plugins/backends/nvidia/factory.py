@@ -110,6 +110,7 @@ def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | No
         hook_path=settings.nvidia_ctk_path,
         disabled_hooks=settings.cdi_disable_hooks,
         feature_flags=settings.cdi_feature_flags,
+        device_id_strategy=settings.allocate.device_id_strategy,
     )
     return NvidiaCdi(
         options,
