@@ -93,47 +93,36 @@ async def one_allocation(
         kubelet.release(pod)
 
 
-def spec_facts(directory: Path) -> dict[str, list[str]]:
-    """The parts of the CDI specs in ``directory`` a runtime acts on, as sorted lists."""
-    facts: dict[str, set[str]] = {
-        "kind": set(),
-        "devices": set(),
-        "deviceNodes": set(),
-        "mounts": set(),
-        "hooks": set(),
-        "env": set(),
-    }
+def spec_of(directory: Path) -> dict[str, Any]:
+    """The GPU spec in ``directory`` (the one whose kind ends in ``/gpu``), parsed."""
     for path in sorted(directory.glob("*.json")):
         spec = json.loads(path.read_text())
-        facts["kind"].add(spec["kind"])
-        edits = [spec.get("containerEdits") or {}]
-        for device in spec.get("devices", []):
-            facts["devices"].add(device["name"])
-            edits.append(device.get("containerEdits") or {})
-        for edit in edits:
-            facts["deviceNodes"] |= {n["path"] for n in edit.get("deviceNodes") or []}
-            facts["mounts"] |= {
-                f"{m['hostPath']} -> {m['containerPath']}" for m in edit.get("mounts") or []
-            }
-            facts["hooks"] |= {
-                " ".join([h["hookName"], *h.get("args", [])[1:3]]) for h in edit.get("hooks") or []
-            }
-            facts["env"] |= set(edit.get("env") or [])
-    return {key: sorted(values) for key, values in facts.items()}
+        if str(spec.get("kind", "")).endswith("/gpu"):
+            return dict(spec)
+    return {}
 
 
 def differences(peer: Any, ours: Any, path: str = "") -> list[str]:
-    """Where two JSON values differ, one line each (lists compared as sets)."""
+    """Where two JSON values differ, one line each: lists as sets, then their order."""
     if isinstance(peer, dict) and isinstance(ours, dict):
         lines = []
         for key in sorted(set(peer) | set(ours)):
             lines += differences(peer.get(key), ours.get(key), f"{path}.{key}")
         return lines
     if isinstance(peer, list) and isinstance(ours, list):
-        a = {json.dumps(x) for x in peer}
-        b = {json.dumps(x) for x in ours}
-        return [f"{path}: only NVIDIA's: {x}" for x in sorted(a - b)] + [
-            f"{path}: only ours: {x}" for x in sorted(b - a)
+        a = [json.dumps(x, sort_keys=True) for x in peer]
+        b = [json.dumps(x, sort_keys=True) for x in ours]
+        if set(a) == set(b):
+            return [] if a == b else [f"{path}: same entries, another order"]
+        if len(a) == len(b) and all(isinstance(x, dict) for x in [*peer, *ours]):
+            # The same list with entries changed: compare entry by entry.
+            return [
+                line
+                for i, (x, y) in enumerate(zip(peer, ours, strict=True))
+                for line in differences(x, y, f"{path}[{i}]")
+            ]
+        return [f"{path}: only NVIDIA's: {x}" for x in sorted(set(a) - set(b))] + [
+            f"{path}: only ours: {x}" for x in sorted(set(b) - set(a))
         ]
     return [] if peer == ours else [f"{path}: NVIDIA's {peer!r}, ours {ours!r}"]
 
@@ -174,8 +163,8 @@ async def main_async(args: argparse.Namespace) -> int:
             )
             entry: dict[str, Any] = {"nvidia": peer, "ours": ours}
             if strategy.startswith("cdi"):
-                entry["nvidia_spec"] = spec_facts(out / f"nvidia-{strategy}")
-                entry["ours_spec"] = spec_facts(out / f"ours-{strategy}")
+                entry["nvidia_spec"] = spec_of(out / f"nvidia-{strategy}")
+                entry["ours_spec"] = spec_of(out / f"ours-{strategy}")
             report[strategy] = entry
             print(f"== {strategy}")
             print("NVIDIA's:", json.dumps(peer, sort_keys=True))
