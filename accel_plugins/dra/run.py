@@ -19,12 +19,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
+from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.metrics.collectors import BackendCollector, DeviceCollector, NoAttribution
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
+from accel_plugins.plugin.dra_names import DraNamer
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,22 @@ async def serve_dra(
             return backend.dra_device(resource, device)
         return DraDeviceInfo()
 
+    class RunningNamer:
+        """The running backend's DraNamer, so that the slices carry the names the kubelet
+        side maps allocation results back through (driver.py); the default otherwise."""
+
+        def dra_device_name(self, resource: str, device: Device) -> str | None:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraNamer):
+                return backend.dra_device_name(resource, device)
+            return dra_device_name(device.id)
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
         node=settings.node_name,
         describe=describe,
+        namer=RunningNamer(),
         registry=registry,
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)

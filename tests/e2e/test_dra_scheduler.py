@@ -5,7 +5,8 @@ a ResourceClaim and a pod, allocated by the real scheduler from the slices our
 plugin process publishes, then prepared by that plugin when the kubelet
 emulator admits the pod, for both backends. Needs ``kube-scheduler`` beside
 the API server in ``$KUBEBUILDER_ASSETS`` (tests/envtest.py starts it there);
-skips, saying so, without it (../shared/k8s ships none today).
+skips, saying so, without it (../shared/k8s ships none today; hack/build-kube-scheduler
+builds one from the same v1.34.9 tree as its kube-apiserver, and both cases pass with it).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import NodeStatus, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Node, NodeStatus, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 from lightkube.types import PatchType
 
@@ -60,6 +61,10 @@ async def schedulable(kube: AsyncClient, node: str) -> None:
         }
     }
     await kube.patch(NodeStatus, node, status, patch_type=PatchType.MERGE)
+    # TaintNodesByCondition (an admission plugin on by default) creates every Node with
+    # node.kubernetes.io/not-ready:NoSchedule; the node lifecycle controller would lift it
+    # once Ready, and none runs here.
+    await kube.patch(Node, node, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
 
 
 async def bound_to(kube: AsyncClient, namespace: str, pod: str) -> str:

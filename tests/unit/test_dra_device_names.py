@@ -54,3 +54,33 @@ def test_a_name_taken_twice_goes_to_the_first_resource_in_sorted_order(
         named = device_names(devices)
     assert named["dev0"].resource == "a.io/a"
     assert "taken by a.io/a" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("profile", "strategy", "resource", "expected"),
+    [
+        # k8s-dra-driver-gpu GpuInfo.CanonicalName: "gpu-<minor>".
+        pytest.param("pcie-4gpu", "none", "nvidia.com/gpu", "gpu-{minor}", id="whole-gpu"),
+        # MIG devices: NVIDIA's name needs the GPU instance profile and placement, which
+        # discovery does not read; the framework's name of the MIG UUID stands.
+        pytest.param("a100-mig", "mixed", "nvidia.com/mig-1g.5gb", "{default}", id="mig"),
+    ],
+)
+def test_nvidia_names_whole_gpus_as_nvidias_dra_driver_does(
+    profile: str, strategy: str, resource: str, expected: str
+) -> None:
+    from accel_plugins.backends.nvidia.facts import gpu_facts
+    from accel_plugins.backends.nvidia.resources import build_resources
+    from tests.nvidia_fixtures import simulated_backend
+    from tests.unit.test_nvidia_container_contract import node_of
+
+    backend, _ = simulated_backend(profile, mig_strategy=strategy)
+    devices = build_resources(node_of(profile), strategy)[resource]
+    assert isinstance(backend, DraNamer)
+    for device in devices:
+        name = backend.dra_device_name(resource, device)
+        minor = gpu_facts(device).minor
+        assert name == expected.format(minor=minor, default=dra_device_name(device.id))
+    # A time-sliced replica keeps the framework's name too.
+    shared = Device(f"{devices[0].id}::1", facts=gpu_facts(devices[0]).as_replica(1, devices[0].id))
+    assert backend.dra_device_name(resource, shared) == dra_device_name(shared.id)

@@ -232,6 +232,18 @@ class NvidiaBackend:
             log.info("no driver versions for DRA attributes: %s", exc)
             return None
 
+    def dra_device_name(self, resource: str, device: Device) -> str | None:
+        """DraNamer: a whole GPU is ``gpu-<minor>``, as NVIDIA's DRA driver names it
+        (k8s-dra-driver-gpu ``GpuInfo.CanonicalName``), so claims and status read alike.
+        MIG devices and replicas keep the framework's name from their ID: NVIDIA names a
+        MIG device by its GPU instance profile and placement, which discovery does not read."""
+        facts = known_gpu(device)
+        if facts is not None and facts.is_whole_gpu:
+            return f"gpu-{facts.minor}"
+        from accel_plugins.dra.model import dra_device_name
+
+        return dra_device_name(device.id)
+
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
         """DraDescriber: NVIDIA's DRA attribute names (dra_attributes.py)."""
         from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra
