@@ -80,6 +80,7 @@ class Floor:
 
 
 STARTS = 5  # the best of this many starts, for the floor and for each plugin alike
+SETTLE = 3.0  # seconds between a plugin's first scrape and its idle window
 
 
 async def measure_floor(
@@ -248,6 +249,8 @@ async def run_vendor(launch: Launch, idle: float, floor: Floor) -> list[Row]:
                 url = f"http://127.0.0.1:{launch.metrics_port}/metrics"
                 await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
             rss = rss_mb(child.pid)
+            # Start-up ends with freezing the heap 2 s in (cli.FREEZE_HEAP_AFTER): not idle.
+            await asyncio.sleep(SETTLE)
             cpu = await idle_cpu(child.pid, idle)
             seen = len(kubelet.registrations)
             child.send_signal(signal.SIGKILL)

@@ -29,6 +29,7 @@ from tests.cdi_fixtures import assert_valid_spec_file, schema_dir
 from tests.cli_support import free_port
 from tests.metrics_support import get, parse, series
 from tests.reliability.plugin_process import START_TIMEOUT, Node, PluginProcesses, ready
+from tests.reliability.test_mps_process import CONFIG as MPS_CONFIG
 
 GPU = "nvidia.com/gpu"
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
@@ -46,8 +47,13 @@ async def plugins(kubelet_dir: Path, tmp_path: Path) -> AsyncIterator[PluginProc
     await processes.stop_all()
 
 
+@pytest.fixture
 def whole_gpus(gpus: GpuNode) -> int:
-    return sum(1 for g in gpus.gpus if not g.mig_enabled)
+    """How many GPUs are not in MIG mode (the tests skip when none is)."""
+    count = sum(1 for g in gpus.gpus if not g.mig_enabled)
+    if count == 0:
+        pytest.skip("every GPU here is in MIG mode")
+    return count
 
 
 async def stop(processes: PluginProcesses, proc: asyncio.subprocess.Process) -> str:
@@ -62,13 +68,10 @@ async def stop(processes: PluginProcesses, proc: asyncio.subprocess.Process) -> 
 
 
 async def test_every_gpu_registers_healthy_and_is_handed_out_by_uuid(
-    kubelet: Kubelet, plugins: PluginProcesses, gpus: GpuNode
+    kubelet: Kubelet, plugins: PluginProcesses, gpus: GpuNode, whole_gpus: int
 ) -> None:
-    count = whole_gpus(gpus)
-    if count == 0:
-        pytest.skip("every GPU here is in MIG mode")
     port = free_port()
-    node = Node(["nvidia", "--metrics-address", f"127.0.0.1:{port}"], GPU, count)
+    node = Node(["nvidia", "--metrics-address", f"127.0.0.1:{port}"], GPU, whole_gpus)
     proc = await plugins.spawn(node, "--pass-device-specs", "true")
     await kubelet.wait_for(ready(node), START_TIMEOUT)
 
@@ -115,13 +118,10 @@ def ldconfig_paths(soname: str) -> list[str]:
 
 @pytest.mark.skipif(schema_dir() is None, reason="no CDI schema here (set CDI_SCHEMA_DIR)")
 async def test_cdi_specs_describe_the_real_driver(
-    kubelet: Kubelet, plugins: PluginProcesses, gpus: GpuNode, tmp_path: Path
+    kubelet: Kubelet, plugins: PluginProcesses, gpus: GpuNode, whole_gpus: int, tmp_path: Path
 ) -> None:
-    count = whole_gpus(gpus)
-    if count == 0:
-        pytest.skip("every GPU here is in MIG mode")
     spec_dir = tmp_path / "cdi"
-    node = Node(["nvidia", "--metrics-address", ""], GPU, count)
+    node = Node(["nvidia", "--metrics-address", ""], GPU, whole_gpus)
     argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dir", str(spec_dir)]
     proc = await plugins.spawn(node, *argv, "--nvidia-cdi-hook-path", "")
     await kubelet.wait_for(ready(node), START_TIMEOUT)
@@ -169,14 +169,6 @@ async def run_program(
     return proc.returncode, out.decode(), err.decode()
 
 
-MPS_CONFIG = """\
-version: v1
-sharing:
-  mps:
-    resources:
-    - {name: nvidia.com/gpu, replicas: 2}
-"""
-
 CUDA_CLIENT = """\
 import torch
 x = torch.ones(1024, device="cuda")
@@ -188,15 +180,12 @@ print(float(x.sum()))
     shutil.which("nvidia-cuda-mps-control") is None, reason="no nvidia-cuda-mps-control here"
 )
 async def test_mps_daemon_serves_a_cuda_client_through_the_allocated_pipe(
-    kubelet: Kubelet, plugins: PluginProcesses, gpus: GpuNode, tmp_path: Path
+    kubelet: Kubelet, plugins: PluginProcesses, whole_gpus: int, tmp_path: Path
 ) -> None:
-    count = whole_gpus(gpus)
-    if count == 0:
-        pytest.skip("every GPU here is in MIG mode (MPS is refused there)")
     config = tmp_path / "config.yaml"
-    config.write_text(MPS_CONFIG)
+    config.write_text(MPS_CONFIG)  # every GPU MPS-shared, 2 replicas
     common = ["--config", str(config), "--mps-root", str(tmp_path / "mps")]
-    node = Node(["nvidia", *common, "--metrics-address", ""], GPU, 2 * count)
+    node = Node(["nvidia", *common, "--metrics-address", ""], GPU, 2 * whole_gpus)
     await plugins.spawn(node)
     with (tmp_path / "daemon.log").open("wb") as daemon_log:
         daemon = await asyncio.create_subprocess_exec(
