@@ -52,6 +52,9 @@ class KubeClaimReader:
                 for r in results
             ),
             reserved_for_pods=tuple(r.name for r in reserved if r.resource == "pods"),
+            controller_uids=tuple(
+                ref.uid for ref in (meta.ownerReferences if meta else None) or [] if ref.controller
+            ),
         )
 
     async def close(self) -> None:

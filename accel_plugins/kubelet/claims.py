@@ -67,6 +67,7 @@ class ClaimInfo:
     allocated: bool
     results: tuple[AllocatedResult, ...] = ()
     reserved_for_pods: tuple[str, ...] = ()  # names of pods in status.reservedFor
+    controller_uids: tuple[str, ...] = ()  # ownerReferences with controller: true
 
     @property
     def drivers(self) -> list[str]:
@@ -168,7 +169,21 @@ class ClaimPreparer:
     async def _prepare(self, pod: PodSpec) -> list[PreparedClaim]:
         infos: list[tuple[str, ClaimInfo]] = []
         for pod_claim in pod.resource_claims:
+            if pod_claim.claim_name is None:
+                if pod_claim.generated:
+                    continue  # the controller created no claim: none was needed
+                raise ClaimPrepareError(
+                    f"pod claim {pod_claim.name}: no ResourceClaim from template "
+                    f"{pod_claim.template} yet (the pod's status.resourceClaimStatuses, which the "
+                    "ResourceClaim controller writes, has no entry for it)"
+                )
             info = await self.reader.get(pod.namespace, pod_claim.claim_name)
+            if pod_claim.template and pod.uid and pod.uid not in info.controller_uids:
+                # resourceclaim.IsForPod: a claim from a template belongs to its pod alone.
+                raise ClaimPrepareError(
+                    f"ResourceClaim {info.name} ({info.uid}) was not created for pod "
+                    f"{pod.key} ({pod.uid})"
+                )
             reserved = info.reserved_for_pods
             if reserved and pod.name not in reserved:
                 raise ClaimPrepareError(
@@ -262,7 +277,8 @@ class ClaimPreparer:
             ids = []
             for use in container.claims:
                 label = f"{use.name}/{use.request}" if use.request else use.name
-                ids.append((label, tuple(by_name[use.name].cdi_ids(use.request))))
+                prepared = by_name.get(use.name)  # none for a claim that was not needed
+                ids.append((label, tuple(prepared.cdi_ids(use.request)) if prepared else ()))
             out.append(ContainerClaims(container, tuple(ids)))
         return out
 

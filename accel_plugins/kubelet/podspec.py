@@ -5,14 +5,19 @@ documents of them. Read are ``metadata.name`` and ``metadata.namespace``, and
 for each of ``spec.initContainers`` and ``spec.containers``: ``name``,
 ``restartPolicy`` (an init container with ``Always`` is a sidecar) and
 ``resources.limits`` / ``resources.requests`` and ``resources.claims``
-(``name``, ``request``); and ``spec.resourceClaims`` (``name``,
-``resourceClaimName``). Every other field is ignored.
+(``name``, ``request``); ``spec.resourceClaims`` (``name``, and one of
+``resourceClaimName`` and ``resourceClaimTemplateName``); ``metadata.uid``; and
+``status.resourceClaimStatuses`` (``name``, ``resourceClaimName``). Every other
+field is ignored.
 
-A ``resourceClaimTemplateName`` is refused: in a cluster the ResourceClaim
-controller (kube-controller-manager) creates the claim from the template and
-records its name in the pod's ``status.resourceClaimStatuses``, which is where
-the kubelet reads it; the emulator runs no such controller, so the manifest
-must name an existing claim.
+A claim from a template is found as the kubelet finds it (component-helpers
+``resourceclaim.Name``): the ResourceClaim controller of kube-controller-manager
+creates it and records its name in the pod's ``status.resourceClaimStatuses``,
+so a manifest as the API server returns it (``kubectl get pod -o yaml``) names
+it there. An entry without a claim name means no claim was needed (skipped); no
+entry means the claim is not there yet, and admission fails saying so. Such a
+claim must be owned by the pod (``resourceclaim.IsForPod``), which is checked
+when the manifest has the pod's ``metadata.uid``.
 
 Two kinds of problem are told apart:
 
@@ -105,10 +110,17 @@ def _empty() -> Mapping[str, Quantity]:
 
 @dataclass(frozen=True, slots=True)
 class PodClaim:
-    """``spec.resourceClaims[]``: the pod's name for a claim, and the ResourceClaim's name."""
+    """``spec.resourceClaims[]``: the pod's name for a claim, and the ResourceClaim's name.
+
+    For a claim from a template, ``template`` names it and ``claim_name`` comes from the
+    pod's status: ``None`` with ``generated`` true when the controller created no claim
+    (none was needed), ``None`` with ``generated`` false when it has not recorded one yet.
+    """
 
     name: str
-    claim_name: str
+    claim_name: str | None
+    template: str = ""
+    generated: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +201,7 @@ class PodSpec:
     containers: tuple[ContainerSpec, ...] = ()
     source: str = ""
     resource_claims: tuple[PodClaim, ...] = ()
+    uid: str = ""
 
     @property
     def key(self) -> str:
@@ -282,7 +295,9 @@ def _container_claims(fields: _Fields, value: object, path: str) -> tuple[Contai
     return tuple(claims)
 
 
-def _pod_claims(fields: _Fields, value: object) -> tuple[PodClaim, ...]:
+def _pod_claims(
+    fields: _Fields, value: object, statuses: Mapping[str, str | None]
+) -> tuple[PodClaim, ...]:
     claims: list[PodClaim] = []
     for i, raw in enumerate(fields.items(value, "spec.resourceClaims", optional=True)):
         path = f"spec.resourceClaims[{i}]"
@@ -292,22 +307,40 @@ def _pod_claims(fields: _Fields, value: object) -> tuple[PodClaim, ...]:
             raise fields.error(f"{path}.name", f"{name!r} is not a DNS-1123 label")
         if name in {c.name for c in claims}:
             raise fields.error(f"{path}.name", f"duplicate pod claim name {name!r}")
-        if doc.get("resourceClaimTemplateName") is not None:
+        named, template = doc.get("resourceClaimName"), doc.get("resourceClaimTemplateName")
+        if (named is None) == (template is None):
+            # The API server's rule (ValidatePodResourceClaim).
             raise fields.error(
-                f"{path}.resourceClaimTemplateName",
-                "not supported by the emulator: the ResourceClaim controller of "
-                "kube-controller-manager creates a claim from a template, and none runs here; "
-                "create the ResourceClaim and name it with resourceClaimName",
+                path, "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`"
             )
-        claim_name = fields.text(doc.get("resourceClaimName"), f"{path}.resourceClaimName")
-        if len(claim_name) > DNS1123_SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN_RE.fullmatch(
-            claim_name
-        ):
-            raise fields.error(
-                f"{path}.resourceClaimName", f"{claim_name!r} is not a DNS-1123 subdomain"
-            )
-        claims.append(PodClaim(name, claim_name))
+        if template is not None:
+            template = _subdomain(fields, template, f"{path}.resourceClaimTemplateName")
+            generated = name in statuses
+            claims.append(PodClaim(name, statuses.get(name), template, generated))
+            continue
+        claims.append(PodClaim(name, _subdomain(fields, named, f"{path}.resourceClaimName")))
     return tuple(claims)
+
+
+def _subdomain(fields: _Fields, value: object, path: str) -> str:
+    text = fields.text(value, path)
+    if len(text) > DNS1123_SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN_RE.fullmatch(text):
+        raise fields.error(path, f"{text!r} is not a DNS-1123 subdomain")
+    return text
+
+
+def _claim_statuses(fields: _Fields, value: object) -> dict[str, str | None]:
+    """``status.resourceClaimStatuses``: pod claim name -> the generated claim's name."""
+    statuses: dict[str, str | None] = {}
+    path = "status.resourceClaimStatuses"
+    for i, raw in enumerate(fields.items(value, path, optional=True)):
+        doc = fields.mapping(raw, f"{path}[{i}]")
+        name = fields.text(doc.get("name"), f"{path}[{i}].name")
+        claim = doc.get("resourceClaimName")
+        statuses[name] = (
+            None if claim is None else _subdomain(fields, claim, f"{path}[{i}].resourceClaimName")
+        )
+    return statuses
 
 
 def _container(fields: _Fields, raw: object, path: str, *, init: bool) -> ContainerSpec:
@@ -353,6 +386,8 @@ def pod_from_document(doc: object, source: str) -> PodSpec:
     namespace = fields.text(namespace, "metadata.namespace")
     if len(namespace) > NAME_MAX or not _DNS1123_LABEL_RE.fullmatch(namespace):
         raise fields.error("metadata.namespace", f"{namespace!r} is not a DNS-1123 label")
+    uid = metadata.get("uid") or ""
+    uid = fields.text(uid, "metadata.uid") if uid else ""
     spec = fields.mapping(top.get("spec"), "spec")
     inits = [
         _container(fields, raw, f"spec.initContainers[{i}]", init=True)
@@ -374,7 +409,9 @@ def pod_from_document(doc: object, source: str) -> PodSpec:
                 f"duplicate container name {container.name!r} (also {seen[container.name]})",
             )
         seen[container.name] = container.path
-    pod_claims = _pod_claims(fields, spec.get("resourceClaims"))
+    status = fields.mapping(top.get("status"), "status", optional=True)
+    statuses = _claim_statuses(fields, status.get("resourceClaimStatuses"))
+    pod_claims = _pod_claims(fields, spec.get("resourceClaims"), statuses)
     known = {c.name for c in pod_claims}
     for container in inits + apps:
         for i, claim in enumerate(container.claims):
@@ -391,6 +428,7 @@ def pod_from_document(doc: object, source: str) -> PodSpec:
         containers=tuple(apps),
         source=source,
         resource_claims=pod_claims,
+        uid=uid,
     )
 
 

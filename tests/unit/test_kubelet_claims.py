@@ -47,15 +47,54 @@ def test_claims_of_the_pod_and_its_containers() -> None:
     assert plain.claims == ()
 
 
+TEMPLATED = """
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer, uid: 0b6f-pod}
+spec:
+  resourceClaims:
+    - {name: gpus, resourceClaimTemplateName: two-gpus}
+    - {name: spare, resourceClaimTemplateName: maybe}
+    - {name: nic, resourceClaimTemplateName: a-nic}
+  containers:
+    - name: main
+      resources:
+        claims: [{name: gpus}, {name: spare}, {name: nic}]
+status:
+  resourceClaimStatuses:
+    - {name: gpus, resourceClaimName: trainer-gpus-x7k2q}
+    - {name: spare}
+"""
+
+
+def test_claims_from_templates_are_found_in_the_pods_status() -> None:
+    """component-helpers resourceclaim.Name: the status entry names the generated claim;
+    an entry without a name means none was needed; no entry means none was made yet."""
+    (pod,) = parse_pods(TEMPLATED, "pod.yaml")
+    assert pod.uid == "0b6f-pod"
+    assert pod.resource_claims == (
+        PodClaim("gpus", "trainer-gpus-x7k2q", "two-gpus", generated=True),
+        PodClaim("spare", None, "maybe", generated=True),
+        PodClaim("nic", None, "a-nic", generated=False),
+    )
+
+
 @pytest.mark.parametrize(
     ("old", "new", "field", "reason"),
     [
         pytest.param(
             "resourceClaimName: two-gpus",
-            "resourceClaimTemplateName: gpu-template",
+            "resourceClaimName: two-gpus, resourceClaimTemplateName: t",
+            "spec.resourceClaims[0]",
+            "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            id="both-forms",
+        ),
+        pytest.param(
+            "resourceClaimName: two-gpus",
+            "resourceClaimTemplateName: Bad_Template",
             "spec.resourceClaims[0].resourceClaimTemplateName",
-            "ResourceClaim controller",
-            id="template-refused",
+            "not a DNS-1123 subdomain",
+            id="template-not-a-subdomain",
         ),
         pytest.param(
             "{name: nic, request: vf}",
@@ -209,12 +248,6 @@ spec:
             ["--kubeconfig", "/nonexistent/kubeconfig"],
             "--kubeconfig",
             id="unreadable",
-        ),
-        pytest.param(
-            CLAIMED_POD.replace("resourceClaimName: my-claim", "resourceClaimTemplateName: t"),
-            ["--kubeconfig", "/nonexistent/kubeconfig"],
-            "resourceClaimTemplateName: not supported by the emulator",
-            id="template",
         ),
     ],
 )

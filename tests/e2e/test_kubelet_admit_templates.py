@@ -1,0 +1,186 @@
+"""A pod whose claim comes from a ResourceClaimTemplate, admitted by the kubelet emulator.
+
+The kubelet finds such a claim through the pod's ``status.resourceClaimStatuses``
+(component-helpers ``resourceclaim.Name``) and uses it only when the pod owns it
+(``resourceclaim.IsForPod``). No controller manager runs beside the test's API server,
+so the test does what the ResourceClaim controller would: it creates the claim with
+the pod as its controlling owner and records its name in the pod's status (the Node
+authorizer reads that status too, before the node may read the claim). Then the real
+generic plugin, in DRA mode, prepares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+
+pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+
+from lightkube import AsyncClient
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod, PodStatus, ServiceAccount
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus
+from lightkube.types import PatchType
+
+from accel_plugins.testing import short_tempdir
+from tests.dra_kube_fixtures import NodeClient
+from tests.e2e.test_kubelet_admit_claims import (
+    GENERIC,
+    TIMEOUT,
+    device_class,
+    dra_plugin,
+    emulator_argv,
+    published,
+    readable_by_node,
+    selected_device,
+    spawn,
+    stop,
+    write_kubeconfig,
+)
+from tests.envtest import ApiServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def templated_pod(namespace: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": namespace},
+        "spec": {
+            "nodeName": node,
+            "resourceClaims": [{"name": "accel", "resourceClaimTemplateName": "one-accel"}],
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"claims": [{"name": "accel"}]}}
+            ],
+        },
+    }
+
+
+async def generated_claim(
+    kube: AsyncClient, namespace: str, device_class_name: str, pod_uid: str, node: str, device: str
+) -> tuple[str, str]:
+    """The claim the ResourceClaim controller would make for the pod, allocated as the
+    scheduler would and reserved for the pod."""
+    name = "trainer-accel-x7k2q"
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "trainer", "uid": pod_uid}
+    created = await kube.create(
+        cast(
+            ResourceClaim,
+            ResourceClaim.from_dict(
+                {
+                    "metadata": {
+                        "name": name,
+                        "namespace": namespace,
+                        "ownerReferences": [owner | {"controller": True}],
+                    },
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {"name": "accel", "exactly": {"deviceClassName": device_class_name}}
+                            ]
+                        }
+                    },
+                }
+            ),
+        )
+    )
+    assert created.metadata is not None
+    assert created.metadata.uid is not None
+    result = {"request": "accel", "driver": GENERIC.driver, "pool": node, "device": device}
+    selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    status = {
+        "allocation": {
+            "devices": {"results": [result]},
+            "nodeSelector": {"nodeSelectorTerms": [selector]},
+        },
+        "reservedFor": [{"resource": "pods", "name": "trainer", "uid": pod_uid}],
+    }
+    await kube.patch(
+        ResourceClaimStatus,
+        name,
+        {"status": status},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
+    return name, created.metadata.uid
+
+
+async def test_a_claim_from_a_template_is_found_in_the_pod_status_and_must_be_the_pods(
+    kube: AsyncClient,
+    kube_apiserver: ApiServer,
+    kube_node: str,
+    node_client: NodeClient,
+    kube_namespace: str,
+    tmp_path: Path,
+) -> None:
+    namespace = kube_namespace
+    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
+    as_node = write_kubeconfig(
+        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
+    )
+    selecting = await device_class(kube, GENERIC.selector)
+    try:
+        with short_tempdir("admittpl-") as root:
+            async with dra_plugin(GENERIC, tmp_path, root, kube_node, as_node):
+                found = await asyncio.wait_for(published(kube, kube_node, GENERIC.driver), TIMEOUT)
+                device = selected_device(found, GENERIC)
+                await kube.create(
+                    ServiceAccount(metadata=ObjectMeta(name="default", namespace=namespace))
+                )
+                document = templated_pod(namespace, kube_node)
+                pod = await kube.create(cast(Pod, Pod.from_dict(document)))
+                assert pod.metadata is not None
+                assert pod.metadata.uid is not None
+                claim, uid = await generated_claim(
+                    kube, namespace, selecting, pod.metadata.uid, kube_node, device
+                )
+                statuses = [{"name": "accel", "resourceClaimName": claim}]
+                await kube.patch(
+                    PodStatus,
+                    "trainer",
+                    {"status": {"resourceClaimStatuses": statuses}},
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                )
+                await asyncio.wait_for(
+                    readable_by_node(node_client(kube_node), namespace, claim), TIMEOUT
+                )
+
+                # The pod as the API server returns it: its UID and its claim statuses.
+                as_served = await kube.get(Pod, "trainer", namespace=namespace)
+                manifest = tmp_path / "pod.yaml"
+                manifest.write_text(yaml.safe_dump(as_served.to_dict()))
+                output = await admit_once(root, admin, manifest)
+                assert f"claim accel: ResourceClaim {namespace}/{claim} ({uid})" in output
+                assert f"k8s.{GENERIC.driver}/claim={uid}-accel" in output
+                assert f"pod {namespace}/trainer: resource claims unprepared" in output
+
+                # Another pod of the same name owns nothing here: refused, as IsForPod does.
+                stranger = as_served.to_dict()
+                stranger["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"
+                manifest.write_text(yaml.safe_dump(stranger))
+                refused = await admit_once(root, admin, manifest, expect=1)
+                assert f"ResourceClaim {claim} ({uid}) was not created for pod" in refused
+
+                # No status entry yet: the controller has not made the claim.
+                pending = document | {"status": {}}
+                manifest.write_text(yaml.safe_dump(pending))
+                waiting = await admit_once(root, admin, manifest, expect=1)
+                assert "no ResourceClaim from template one-accel yet" in waiting
+    finally:
+        await kube.delete(DeviceClass, selecting)
+
+
+async def admit_once(root: Path, kubeconfig: Path, manifest: Path, expect: int = 0) -> str:
+    once = await spawn(*emulator_argv(root, kubeconfig, manifest), "--once")
+    try:
+        output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
+    finally:
+        await stop(once)
+    assert once.returncode == expect, output
+    return output
