@@ -53,25 +53,25 @@ def default_path() -> Path:
 class CodeCache:
     """Compiled code by module and source text, in one file per module under ``path``.
 
-    A module's file is read when that module first builds a dataclass, so a start pays
-    only for the classes it builds; :meth:`save` writes what was compiled and lets go
-    of the rest, so a running plugin keeps none of it.
+    A module's file (its classes' code objects, marshalled) is read when that module
+    first builds a dataclass, so a start pays only for the modules it imports;
+    :meth:`save` writes what was compiled and lets go of the tables.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.tables: dict[str, dict[bytes, bytes]] = {}
+        self.tables: dict[str, dict[bytes, object]] = {}
         self.used: dict[str, set[bytes]] = {}
         self.dirty: set[str] = set()
 
-    def _table(self, module: str) -> dict[bytes, bytes]:
+    def _table(self, module: str) -> dict[bytes, object]:
         table = self.tables.get(module)
         if table is None:
             table = self.tables[module] = self._load(self.path / f"{module}.bin")
         return table
 
     @staticmethod
-    def _load(file: Path) -> dict[bytes, bytes]:
+    def _load(file: Path) -> dict[bytes, object]:
         try:
             data = file.read_bytes()
         except OSError:
@@ -88,17 +88,12 @@ class CodeCache:
         table = self._table(module)
         key = blake2b(source.encode(), digest_size=16).digest()
         self.used.setdefault(module, set()).add(key)
-        blob = table.get(key)
-        if blob is not None:
-            try:
-                code = marshal.loads(blob)
-            except (EOFError, ValueError, TypeError):
-                code = None
-            if isinstance(code, CodeType):
-                return code
+        found = table.get(key)
+        if isinstance(found, CodeType):
+            return found
         # The file name builtins.exec gives source text, so tracebacks read the same.
         code = compile(source, "<string>", "exec")
-        table[key] = marshal.dumps(code)
+        table[key] = code
         self.dirty.add(module)
         return code
 
@@ -131,7 +126,7 @@ class CodeCache:
         return written
 
     @staticmethod
-    def _write(file: Path, table: dict[bytes, bytes]) -> bool:
+    def _write(file: Path, table: dict[bytes, object]) -> bool:
         temp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
         try:
             file.parent.mkdir(parents=True, exist_ok=True)
