@@ -31,19 +31,17 @@ from tests.e2e.test_kubelet_admit_claims import (
     BACKENDS,
     TIMEOUT,
     BackendCase,
+    admit_once,
     allocated_claim,
     check_prepared,
     device_class,
     dra_plugin,
-    emulator_argv,
+    kubeconfigs,
     pod_document,
     pod_manifest,
     published,
     readable_by_node,
     selected_device,
-    spawn,
-    stop,
-    write_kubeconfig,
 )
 from tests.envtest import ApiServer, scheduler_missing
 
@@ -88,10 +86,7 @@ async def test_the_scheduler_allocates_from_our_slices_and_the_plugin_prepares(
     namespace = kube_namespace
     if not kube_apiserver.scheduler:
         pytest.skip(f"no kube-scheduler: {scheduler_missing()}")
-    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
-    as_node = write_kubeconfig(
-        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
-    )
+    admin, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
     await schedulable(kube, kube_node)
     selecting = await device_class(kube, case.selector)
     try:
@@ -124,12 +119,7 @@ async def test_the_scheduler_allocates_from_our_slices_and_the_plugin_prepares(
                     readable_by_node(node_client(kube_node), namespace, claim), TIMEOUT
                 )
                 pod = pod_manifest(tmp_path / "pod.yaml", namespace, claim)
-                once = await spawn(*emulator_argv(root, admin, pod), "--once")
-                try:
-                    output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
-                finally:
-                    await stop(once)
-                assert once.returncode == 0, output
+                output = await admit_once(root, admin, pod)
                 check_prepared(output, case, f"{namespace}/trainer", kube_node, wanted, uid)
                 assert not (root / "cdi" / f"k8s.{case.driver}_claim_{uid}.json").exists()
     finally:

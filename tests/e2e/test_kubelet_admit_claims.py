@@ -140,15 +140,22 @@ async def allocated_claim(
     node: str,
     device: str | None,
     driver: str = DRIVER,
+    owner_pod: tuple[str, str] | None = None,
 ) -> tuple[str, str]:
-    """A claim of one device of ``device_class``; allocated to ``device`` unless None."""
+    """A claim of one device of ``device_class``; allocated to ``device`` unless None;
+    controlled by the pod ``owner_pod`` (name, UID), as a claim from a template is."""
     name = next(_names)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if owner_pod is not None:
+        pod_name, pod_uid = owner_pod
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}
+        metadata["ownerReferences"] = [owner | {"controller": True}]
     created = await kube.create(
         cast(
             ResourceClaim,
             ResourceClaim.from_dict(
                 {
-                    "metadata": {"name": name, "namespace": namespace},
+                    "metadata": metadata,
                     "spec": {
                         "devices": {
                             "requests": [
@@ -221,7 +228,13 @@ async def bound_pod(kube: AsyncClient, namespace: str, claim: str, node: str) ->
     created = await kube.create(cast(Pod, Pod.from_dict(pod_document(namespace, claim, node))))
     assert created.metadata is not None
     assert created.metadata.uid is not None
-    reserved = [{"resource": "pods", "name": "trainer", "uid": created.metadata.uid}]
+    await reserve(kube, namespace, claim, created.metadata.uid)
+    return created.metadata.uid
+
+
+async def reserve(kube: AsyncClient, namespace: str, claim: str, pod_uid: str) -> None:
+    """``status.reservedFor`` the pod ``trainer``, as the scheduler writes it."""
+    reserved = [{"resource": "pods", "name": "trainer", "uid": pod_uid}]
     await kube.patch(
         ResourceClaimStatus,
         claim,
@@ -229,7 +242,6 @@ async def bound_pod(kube: AsyncClient, namespace: str, claim: str, node: str) ->
         namespace=namespace,
         patch_type=PatchType.MERGE,
     )
-    return created.metadata.uid
 
 
 async def readable_by_node(client: AsyncClient, namespace: str, claim: str) -> None:
@@ -332,6 +344,23 @@ def emulator_argv(root: Path, kubeconfig: Path, pod: Path) -> list[str]:
     ]
 
 
+async def admit_once(root: Path, kubeconfig: Path, manifest: Path, expect: int = 0) -> str:
+    """Run the emulator with ``--once`` on ``manifest``; its output, exit code checked."""
+    once = await spawn(*emulator_argv(root, kubeconfig, manifest), "--once")
+    try:
+        output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
+    finally:
+        await stop(once)
+    assert once.returncode == expect, output
+    return output
+
+
+def kubeconfigs(tmp_path: Path, server: ApiServer, node: str) -> tuple[Path, Path]:
+    """Kubeconfig files for the admin (the emulator) and for ``node`` (the plugin)."""
+    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", server.kubeconfig())
+    return admin, write_kubeconfig(tmp_path / "node.kubeconfig", server.node_kubeconfig(node))
+
+
 def check_prepared(
     output: str, case: BackendCase, key: str, node: str, device: str, uid: str
 ) -> None:
@@ -357,10 +386,7 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
     case: BackendCase,
 ) -> None:
     namespace = kube_namespace
-    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
-    as_node = write_kubeconfig(
-        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
-    )
+    admin, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
     selecting = await device_class(kube, case.selector)
     with short_tempdir("admitdra-") as root:
         async with dra_plugin(case, tmp_path, root, kube_node, as_node):
@@ -379,12 +405,7 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
             spec = root / "cdi" / f"k8s.{case.driver}_claim_{uid}.json"
 
             # --once: prepared, printed, unprepared at the end.
-            once = await spawn(*emulator, "--once")
-            try:
-                output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
-            finally:
-                await stop(once)
-            assert once.returncode == 0, output
+            output = await admit_once(root, admin, pod)
             assert f"claim accel: ResourceClaim {namespace}/{claim} ({uid})" in output
             check_prepared(output, case, key, kube_node, device, uid)
             assert f"pod {key}: resource claims unprepared" in output

@@ -23,7 +23,7 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodStatus, ServiceAccount
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus
+from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
 from accel_plugins.testing import short_tempdir
@@ -31,15 +31,15 @@ from tests.dra_kube_fixtures import NodeClient
 from tests.e2e.test_kubelet_admit_claims import (
     GENERIC,
     TIMEOUT,
+    admit_once,
+    allocated_claim,
     device_class,
     dra_plugin,
-    emulator_argv,
+    kubeconfigs,
     published,
     readable_by_node,
+    reserve,
     selected_device,
-    spawn,
-    stop,
-    write_kubeconfig,
 )
 from tests.envtest import ApiServer
 
@@ -61,55 +61,6 @@ def templated_pod(namespace: str, node: str) -> dict[str, Any]:
     }
 
 
-async def generated_claim(
-    kube: AsyncClient, namespace: str, device_class_name: str, pod_uid: str, node: str, device: str
-) -> tuple[str, str]:
-    """The claim the ResourceClaim controller would make for the pod, allocated as the
-    scheduler would and reserved for the pod."""
-    name = "trainer-accel-x7k2q"
-    owner = {"apiVersion": "v1", "kind": "Pod", "name": "trainer", "uid": pod_uid}
-    created = await kube.create(
-        cast(
-            ResourceClaim,
-            ResourceClaim.from_dict(
-                {
-                    "metadata": {
-                        "name": name,
-                        "namespace": namespace,
-                        "ownerReferences": [owner | {"controller": True}],
-                    },
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {"name": "accel", "exactly": {"deviceClassName": device_class_name}}
-                            ]
-                        }
-                    },
-                }
-            ),
-        )
-    )
-    assert created.metadata is not None
-    assert created.metadata.uid is not None
-    result = {"request": "accel", "driver": GENERIC.driver, "pool": node, "device": device}
-    selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    status = {
-        "allocation": {
-            "devices": {"results": [result]},
-            "nodeSelector": {"nodeSelectorTerms": [selector]},
-        },
-        "reservedFor": [{"resource": "pods", "name": "trainer", "uid": pod_uid}],
-    }
-    await kube.patch(
-        ResourceClaimStatus,
-        name,
-        {"status": status},
-        namespace=namespace,
-        patch_type=PatchType.MERGE,
-    )
-    return name, created.metadata.uid
-
-
 async def test_a_claim_from_a_template_is_found_in_the_pod_status_and_must_be_the_pods(
     kube: AsyncClient,
     kube_apiserver: ApiServer,
@@ -119,10 +70,7 @@ async def test_a_claim_from_a_template_is_found_in_the_pod_status_and_must_be_th
     tmp_path: Path,
 ) -> None:
     namespace = kube_namespace
-    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
-    as_node = write_kubeconfig(
-        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
-    )
+    admin, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
     selecting = await device_class(kube, GENERIC.selector)
     try:
         with short_tempdir("admittpl-") as root:
@@ -136,9 +84,12 @@ async def test_a_claim_from_a_template_is_found_in_the_pod_status_and_must_be_th
                 pod = await kube.create(cast(Pod, Pod.from_dict(document)))
                 assert pod.metadata is not None
                 assert pod.metadata.uid is not None
-                claim, uid = await generated_claim(
-                    kube, namespace, selecting, pod.metadata.uid, kube_node, device
-                )
+                # As the ResourceClaim controller would make it: the pod its controller.
+                claim, uid = await allocated_claim(
+                    kube, namespace, selecting, kube_node, device, GENERIC.driver,
+                    owner_pod=("trainer", pod.metadata.uid),
+                )  # fmt: skip
+                await reserve(kube, namespace, claim, pod.metadata.uid)
                 statuses = [{"name": "accel", "resourceClaimName": claim}]
                 await kube.patch(
                     PodStatus,
@@ -174,13 +125,3 @@ async def test_a_claim_from_a_template_is_found_in_the_pod_status_and_must_be_th
                 assert "no ResourceClaim from template one-accel yet" in waiting
     finally:
         await kube.delete(DeviceClass, selecting)
-
-
-async def admit_once(root: Path, kubeconfig: Path, manifest: Path, expect: int = 0) -> str:
-    once = await spawn(*emulator_argv(root, kubeconfig, manifest), "--once")
-    try:
-        output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
-    finally:
-        await stop(once)
-    assert once.returncode == expect, output
-    return output

@@ -29,17 +29,15 @@ from tests.e2e.test_dra_kube_slices import attrs
 from tests.e2e.test_kubelet_admit_claims import (
     TIMEOUT,
     BackendCase,
+    admit_once,
     allocated_claim,
     bound_pod,
     device_class,
     dra_plugin,
-    emulator_argv,
+    kubeconfigs,
     pod_manifest,
     published,
     readable_by_node,
-    spawn,
-    stop,
-    write_kubeconfig,
 )
 from tests.envtest import ApiServer
 
@@ -73,10 +71,7 @@ async def test_real_gpus_are_published_and_a_claim_hands_out_one(
         pytest.skip("every GPU here is in MIG mode")
     target = whole[-1]
     case = RealGpus("gpu.nvidia.com", "uuid", target.uuid, f"NVIDIA_VISIBLE_DEVICES={target.uuid}")
-    admin = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
-    as_node = write_kubeconfig(
-        tmp_path / "node.kubeconfig", kube_apiserver.node_kubeconfig(kube_node)
-    )
+    admin, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
     selecting = await device_class(kube, case.selector)
     try:
         with short_tempdir("gpudra-") as root:
@@ -101,12 +96,7 @@ async def test_real_gpus_are_published_and_a_claim_hands_out_one(
                     readable_by_node(node_client(kube_node), kube_namespace, claim), TIMEOUT
                 )
                 pod = pod_manifest(tmp_path / "pod.yaml", kube_namespace, claim)
-                once = await spawn(*emulator_argv(root, admin, pod), "--once")
-                try:
-                    output = (await asyncio.wait_for(once.communicate(), TIMEOUT))[0].decode()
-                finally:
-                    await stop(once)
-                assert once.returncode == 0, output
+                output = await admit_once(root, admin, pod)
                 assert f"k8s.{case.driver}/claim={uid}-accel" in output
                 assert case.edit in output, output  # read from the claim's CDI spec
     finally:
