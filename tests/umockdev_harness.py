@@ -19,6 +19,14 @@ stdin commands                                      stdout lines
 
 Every tree the backend publishes is printed; with a ``plugin_dir`` the real
 Manager also serves it to the kubelet (the emulator runs in the test).
+
+umockdev's preload library keeps one table of open files for the whole process,
+and it is not safe across threads: a scan of the fake /sys on the backend's
+worker thread (``discover`` runs in ``asyncio.to_thread``) while the testbed
+adds, removes or sends a uevent on the main thread could lose the uevent
+("failed to map fd to a path", then "uevent_sender_send: No such device"), about
+one storm in ten. The kernel's sysfs has no such limit, so the harness alone
+takes one lock around each scan and each testbed change.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import json
 import os
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +44,23 @@ from accel_plugins.backends.generic.backend import GenericBackend, GenericSettin
 from accel_plugins.backends.generic.config import GenericConfig, parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.plugin.backend import Backend, Publish
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 
 # python3-gi is Debian's, built for the system Python 3.11; its C extension
 # loads in any CPython 3.11, so borrow it rather than build PyGObject.
 GI_PATH = "/usr/lib/python3/dist-packages"
+
+
+TESTBED = threading.Lock()
+
+
+class LockedBackend(GenericBackend):
+    """The generic backend whose scans never overlap a testbed change (see above)."""
+
+    def discover(self) -> dict[str, dict[str, Device]]:
+        with TESTBED:
+            return super().discover()
 
 
 def _testbed() -> Any:
@@ -107,7 +127,7 @@ async def main() -> None:
             def build(
                 config: GenericConfig = config, settings: GenericSettings = settings
             ) -> Backend:
-                return Printing(GenericBackend(config, settings))
+                return Printing(LockedBackend(config, settings))
 
             if command.get("plugin_dir"):
                 manager = Manager(build, ManagerSettings(Path(command["plugin_dir"])))
@@ -116,21 +136,25 @@ async def main() -> None:
                 tasks.append(asyncio.create_task(build().run(lambda tree: None)))
             say({"ready": True})
         elif op == "add":
-            if not testbed.add_from_string(command["record"]):
-                raise RuntimeError(f"umockdev refused the record:\n{command['record']}")
-            if command.get("uevent"):
-                testbed.uevent(command["uevent"], "add")
+            with TESTBED:
+                if not testbed.add_from_string(command["record"]):
+                    raise RuntimeError(f"umockdev refused the record:\n{command['record']}")
+                if command.get("uevent"):
+                    testbed.uevent(command["uevent"], "add")
             say({"ok": op})
         elif op == "uevent":
-            testbed.uevent(command["syspath"], command["action"])
+            with TESTBED:
+                testbed.uevent(command["syspath"], command["action"])
             say({"ok": op})
         elif op == "set":
-            testbed.set_attribute(command["syspath"], command["attribute"], command["value"])
-            testbed.uevent(command["syspath"], "change")
+            with TESTBED:
+                testbed.set_attribute(command["syspath"], command["attribute"], command["value"])
+                testbed.uevent(command["syspath"], "change")
             say({"ok": op})
         elif op == "remove":
-            testbed.uevent(command["syspath"], "remove")
-            testbed.remove_device(command["syspath"])
+            with TESTBED:
+                testbed.uevent(command["syspath"], "remove")
+                testbed.remove_device(command["syspath"])
             say({"ok": op})
         else:
             raise ValueError(f"unknown command {op!r}")
