@@ -138,10 +138,11 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
     if any(n.get("additionalGids") for n in nodes):
         return "0.7.0"
     kind_class = str(spec.get("kind", "")).partition("/")[2]
-    annotated = spec.get("annotations") or any(d.get("annotations") for d in spec["devices"])
+    devices = spec.get("devices", [])
+    annotated = spec.get("annotations") or any(d.get("annotations") for d in devices)
     if annotated or "." in kind_class:
         return "0.6.0"
-    digit_name = any(str(d.get("name", ""))[:1].isdigit() for d in spec.get("devices", []))
+    digit_name = any(str(d.get("name", ""))[:1].isdigit() for d in devices)
     if digit_name or any(n.get("hostPath") for n in nodes):
         return "0.5.0"
     if any(m.get("type") for e in edits for m in e.get("mounts") or []):
