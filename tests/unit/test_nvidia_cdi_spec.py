@@ -47,6 +47,7 @@ from accel_plugins.backends.nvidia.container_contract import (
     generated_mig_minors,
 )
 from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.drm_nodes import has_graphics
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, ContainerEdits
 from accel_plugins.testing import FakeHost
 from tests.cdi_fixtures import LIBDIR, VERSION, assert_valid_spec, fake_driver_root
@@ -503,3 +504,52 @@ def test_files_read_in_the_container_driver_root_are_named_at_the_host_driver_ro
     edits = common_edits(driver, host, CdiOptions())
     smi = next(m for m in edits.mounts if m.container_path == "/usr/bin/nvidia-smi")
     assert smi.host_path == f"{host}/usr/bin/nvidia-smi"
+
+
+def test_a_gpu_with_drm_nodes_gets_them_and_their_by_path_links(tmp_path: Path) -> None:
+    """internal/info/drm (every entry of the PCI device's drm directory) and
+    dgpu/by-path-hooks.go (the by-path links that point at one of those nodes)."""
+    node = node_of("pcie-4gpu")
+    first, second = node.gpus[0], node.gpus[1]
+    sys_root = tmp_path / "sys"
+    for name in ("card1", "renderD128"):
+        (sys_root / "bus/pci/devices" / first.pci_bus_id / "drm" / name).mkdir(parents=True)
+    dev = FakeHost(tmp_path / "host")
+    dev.node(f"/dev/nvidia{first.minor}", major=195, minor=first.minor)
+    dev.node("/dev/dri/card1", major=226, minor=1)
+    dev.node("/dev/dri/renderD128", major=226, minor=128)
+    by_path = dev.local("/dev/dri/by-path")
+    by_path.mkdir()
+    (by_path / f"pci-{first.pci_bus_id}-card").symlink_to("../card1")
+    (by_path / f"pci-{first.pci_bus_id}-render").symlink_to("../renderD128")
+    (by_path / f"pci-{second.pci_bus_id}-card").symlink_to("../card1")  # not the second's node
+    spec = gpu_spec(node, DriverRoot(tmp_path / "driver"), dev.root, CdiOptions(), {}, sys_root)
+    devices = {d.name: d.edits.to_json() for d in spec.devices}
+    mine = devices[first.uuid]
+    assert [n["path"] for n in mine["deviceNodes"]] == [
+        f"/dev/nvidia{first.minor}",
+        "/dev/dri/card1",
+        "/dev/dri/renderD128",
+    ]
+    (links_hook,) = mine["hooks"]
+    assert links_hook["args"] == [
+        "nvidia-ctk",
+        "hook",
+        "create-symlinks",
+        "--link",
+        f"../card1::{by_path}/pci-{first.pci_bus_id}-card",
+        "--link",
+        f"../renderD128::{by_path}/pci-{first.pci_bus_id}-render",
+    ]
+    assert "hooks" not in devices[second.uuid]
+    assert [n["path"] for n in devices[second.uuid]["deviceNodes"]] == [
+        f"/dev/nvidia{second.minor}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "graphics"),
+    [("1g.24gb+gfx", True), ("1g.10gb", False), ("1g.10gb+me", False), ("2g.20gb+gfx+me", True)],
+)
+def test_mig_devices_with_graphics_get_the_drm_nodes(profile: str, graphics: bool) -> None:
+    assert has_graphics(profile) is graphics

@@ -50,6 +50,7 @@ from accel_plugins.backends.nvidia.container_contract import (
 )
 from accel_plugins.backends.nvidia.discovery import Node
 from accel_plugins.backends.nvidia.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.drm_nodes import by_path_links, drm_nodes, has_graphics
 from accel_plugins.backends.nvidia.graphics_files import Graphics
 from accel_plugins.plugin.cdi import (
     DEFAULT_SPEC_DIR,
@@ -91,6 +92,7 @@ HOOKS = (
     UPDATE_APPLICATION_PROFILE,
 )
 NODE_PERMISSIONS = "rwm"
+SYS_ROOT = Path("/sys")
 ALL_HOOKS = "all"
 FEATURE_DISABLE_IPC = "disable-ipc-discoverer"
 FEATURE_NO_GIDS = "no-additional-gids-for-device-nodes"
@@ -275,26 +277,39 @@ def common_edits(driver: DriverRoot, dev_root: Path, options: CdiOptions) -> Con
 
 
 def gpu_devices(
-    node: Node, dev_root: Path, mig_minors: Mapping[str, int], options: CdiOptions
+    node: Node,
+    dev_root: Path,
+    mig_minors: Mapping[str, int],
+    options: CdiOptions,
+    sys_root: Path = SYS_ROOT,
 ) -> list[CdiDevice]:
     """Each GPU without MIG and each MIG device, named by UUID or by index as
-    ``options.device_id_strategy`` says (NVIDIA's plugin gives the generator one namer)."""
+    ``options.device_id_strategy`` says (NVIDIA's plugin gives the generator one namer),
+    with its DRM nodes and their by-path links where it has graphics (``drm_nodes.py``)."""
     by_index = options.device_id_strategy == "index"
     devices: list[CdiDevice] = []
 
-    def add(uuid: str, index: str, nodes: Sequence[DeviceNode]) -> None:
-        edits = ContainerEdits(device_nodes=tuple(describe_node(n, options) for n in nodes))
+    def add(uuid: str, index: str, nodes: tuple[DeviceNode, ...], bus: str | None) -> None:
+        hooks: tuple[CdiHook, ...] = ()
+        if bus is not None:
+            nodes += drm_nodes(sys_root, dev_root, bus)
+            links = by_path_links(dev_root, bus, nodes)
+            if links and options.hook_enabled(CREATE_SYMLINKS):
+                args = (a for x in links for a in ("--link", x))
+                hooks = (hook(options, CREATE_SYMLINKS, *args),)
+        described = tuple(describe_node(n, options) for n in nodes)
+        edits = ContainerEdits(device_nodes=described, hooks=hooks)
         devices.append(CdiDevice(index if by_index else uuid, edits))
 
     for gpu in node.gpus:
         if not gpu.mig_enabled:
-            add(gpu.uuid, str(gpu.index), gpu_nodes(dev_root, gpu.minor))
+            add(gpu.uuid, str(gpu.index), gpu_nodes(dev_root, gpu.minor), gpu.pci_bus_id)
     for gpu in node.gpus:
         for mig in gpu.migs if gpu.mig_enabled else ():
             nodes = mig_nodes(
                 dev_root, gpu.minor, mig.gpu_instance, mig.compute_instance, mig_minors
             )
-            add(mig.uuid, mig.index, nodes)
+            add(mig.uuid, mig.index, nodes, gpu.pci_bus_id if has_graphics(mig.profile) else None)
     return devices
 
 
@@ -304,12 +319,13 @@ def gpu_spec(
     dev_root: Path,
     options: CdiOptions,
     mig_minors: Mapping[str, int],
+    sys_root: Path = SYS_ROOT,
 ) -> CdiSpec:
     common = common_edits(driver, dev_root, options)
     devices = sorted(
         (
             CdiDevice(d.name, sorted_edits(d.edits, common))
-            for d in gpu_devices(node, dev_root, mig_minors, options)
+            for d in gpu_devices(node, dev_root, mig_minors, options, sys_root)
         ),
         key=lambda d: d.name,
     )
@@ -345,8 +361,10 @@ class NvidiaCdi:
         dev_root: Path,
         imex_channels: Sequence[ImexChannel] = (),
         container_driver_root: Path | None = None,
+        sys_root: Path = SYS_ROOT,
     ) -> None:
         self.options = options
+        self.sys_root = sys_root
         self.driver_root = driver_root
         self.dev_root = dev_root
         self.imex_channels = tuple(imex_channels)
@@ -365,7 +383,7 @@ class NvidiaCdi:
     def specs(self, node: Node, mig_minors: Mapping[str, int]) -> list[CdiSpec]:
         driver = self.driver()
         return [
-            gpu_spec(node, driver, self.dev_root, self.options, mig_minors),
+            gpu_spec(node, driver, self.dev_root, self.options, mig_minors, self.sys_root),
             imex_spec(self.imex_channels, self.dev_root, self.options),
         ]
 
