@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import socket
@@ -135,6 +136,7 @@ def free_port() -> int:
         return port
 
 
+@functools.cache
 def real_gpus() -> int:
     """How many GPUs this machine's driver lists (``--real-gpu``)."""
     import pynvml

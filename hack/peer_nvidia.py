@@ -131,11 +131,9 @@ async def main_async(args: argparse.Namespace) -> int:
     if args.simulate:  # a dry run of this script: BINARY must stand in for NVIDIA's too
         count = args.count
     else:
-        import pynvml
+        from bench_cli import real_gpus  # hack/ is this script's directory
 
-        pynvml.nvmlInit()
-        count = int(pynvml.nvmlDeviceGetCount())
-        pynvml.nvmlShutdown()
+        count = real_gpus()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     PLUGIN_DIR.mkdir(parents=True, exist_ok=True)

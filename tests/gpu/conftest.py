@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlInitError
 from accel_plugins.backends.nvidia.nvml import Pynvml
 
@@ -23,3 +24,9 @@ def nvml() -> Iterator[Pynvml]:
         yield adapter
     finally:
         adapter.shutdown()
+
+
+@pytest.fixture(scope="module")
+def gpus(nvml: Pynvml) -> Node:
+    """What NVML lists here, as the backend's discovery reads it."""
+    return discover(nvml)

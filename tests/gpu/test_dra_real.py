@@ -21,8 +21,6 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import DeviceClass
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
-from accel_plugins.backends.nvidia.discovery import discover
-from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.testing import short_tempdir
 from tests.dra_kube_fixtures import NodeClient
 from tests.e2e.test_dra_kube_slices import attrs
@@ -50,11 +48,6 @@ class RealGpus(BackendCase):
 
     def argv(self, tmp_path: Path) -> list[str]:
         return ["nvidia", "--metrics-address", ""]
-
-
-@pytest.fixture(scope="module")
-def gpus(nvml: Pynvml) -> GpuNode:
-    return discover(nvml)
 
 
 async def test_real_gpus_are_published_and_a_claim_hands_out_one(

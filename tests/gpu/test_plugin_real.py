@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
-from accel_plugins.backends.nvidia.discovery import discover
-from accel_plugins.backends.nvidia.nvml import Pynvml
 from accel_plugins.kubelet import Kubelet
 from tests.cdi_fixtures import assert_valid_spec_file, schema_dir
 from tests.cli_support import free_port
@@ -33,11 +31,6 @@ from tests.reliability.test_mps_process import CONFIG as MPS_CONFIG
 
 GPU = "nvidia.com/gpu"
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
-
-
-@pytest.fixture(scope="module")
-def gpus(nvml: Pynvml) -> GpuNode:
-    return discover(nvml)
 
 
 @pytest.fixture

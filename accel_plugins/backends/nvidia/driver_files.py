@@ -97,6 +97,7 @@ class DriverRoot:
         self._kernel_release = kernel_release or platform.release()
         self._search_path = os.environ.get("PATH", "") if search_path is None else search_path
         self._firmware_class_path = firmware_class_path
+        self._library_dirs: dict[str, list[str]] = {}  # by version: asked for thrice per spec
 
     def host_path(self, path: str) -> str:
         """``/usr/bin/nvidia-smi`` under the root as the host has it (a spec's ``hostPath``)."""
@@ -144,6 +145,11 @@ class DriverRoot:
 
     def library_dirs(self, version: str) -> list[str]:
         """The directories holding the driver's versioned libraries (``lib*.so.<version>``)."""
+        if version not in self._library_dirs:
+            self._library_dirs[version] = self._find_library_dirs(version)
+        return list(self._library_dirs[version])
+
+    def _find_library_dirs(self, version: str) -> list[str]:
         suffix = f".so.{version}"
         dirs: dict[str, None] = {}
         for entry in self._cache:

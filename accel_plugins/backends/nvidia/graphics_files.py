@@ -20,9 +20,11 @@ each file only where it exists, nothing needs a flag:
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import PurePosixPath
 
 from accel_plugins.backends.nvidia.driver_files import LIBRARY_DIRS, DriverRoot
@@ -87,7 +89,8 @@ def xorg_dirs(library_dirs: Sequence[str]) -> list[str]:
 
 
 class Graphics:
-    """The graphics files of the driver ``version`` under ``driver``'s root."""
+    """The graphics files of the driver ``version`` under ``driver``'s root. Each library
+    directory is listed once, whatever the number of patterns looked for in it."""
 
     def __init__(
         self, driver: DriverRoot, version: str, *, xdg_data_dirs: str | None = None
@@ -106,17 +109,33 @@ class Graphics:
                     break
         return out
 
+    @cached_property
+    def _listings(self) -> list[tuple[str, list[str]]]:
+        dirs = dict.fromkeys([*self.library_dirs, *LIBRARY_DIRS])
+        return [(d, self.driver.names(d, "*")) for d in dirs]
+
     def _libraries(self, pattern: str) -> list[str]:
-        found: dict[str, None] = {}
-        for directory in [*self.library_dirs, *LIBRARY_DIRS]:
-            for name in self.driver.names(directory, pattern):
-                found[f"{directory}/{name}"] = None
-        return list(found)
+        return [
+            f"{directory}/{name}"
+            for directory, names in self._listings
+            for name in names
+            if fnmatch.fnmatchcase(name, pattern)
+        ]
+
+    @cached_property
+    def _producer(self) -> list[str]:
+        return self._libraries(f"libnvidia-vulkan-producer.so.{self.version}")
+
+    @cached_property
+    def _xorg(self) -> list[str]:
+        names = (XORG_DRIVER, f"libglxserver_nvidia.so.{self.version}")
+        return self._first(names, xorg_dirs(self.library_dirs))
 
     def files(self) -> list[GraphicsFile]:
         """Every graphics file to mount, in discovery order (the spec sorts them)."""
-        out = [GraphicsFile(p, p) for p in self._libraries_to_mount()]
-        out += [GraphicsFile(p, p) for p in self._xorg()]
+        # The allocator is a versioned driver library, mounted with the others.
+        egl = [p for pattern in EGL_LIBRARIES for p in self._libraries(pattern)]
+        out = [GraphicsFile(p, p) for p in [*egl, *self._producer, *self._xorg]]
         for name in CONFIGS:
             for directory in self.configs:
                 path = f"{directory}/{name}"
@@ -127,24 +146,14 @@ class Graphics:
             out += [GraphicsFile(p, f"{VULKAN_CONTAINER_ROOT}/{name}") for p in found]
         return out
 
-    def _libraries_to_mount(self) -> list[str]:
-        # The allocator is a versioned driver library, mounted with the others.
-        patterns = (*EGL_LIBRARIES, f"libnvidia-vulkan-producer.so.{self.version}")
-        return [p for pattern in patterns for p in self._libraries(pattern)]
-
-    def _xorg(self) -> list[str]:
-        names = (XORG_DRIVER, f"libglxserver_nvidia.so.{self.version}")
-        return self._first(names, xorg_dirs(self.library_dirs))
-
     def links(self) -> list[str]:
         """``target::link`` pairs of the graphics ``create-symlinks`` hook."""
         links: list[str] = []
         for path in self._libraries(f"libnvidia-allocator.so.{self.version}"):
             directory = PurePosixPath(self.driver.resolve(path)).parent
             links.append(f"../libnvidia-allocator.so.1::{directory}/gbm/nvidia-drm_gbm.so")
-        producer = self._libraries(f"libnvidia-vulkan-producer.so.{self.version}")
-        glx = [p for p in self._xorg() if PurePosixPath(p).name != XORG_DRIVER]
-        for path in [*producer, *glx]:
+        glx = [p for p in self._xorg if PurePosixPath(p).name != XORG_DRIVER]
+        for path in [*self._producer, *glx]:
             parent, name = PurePosixPath(path).parent, PurePosixPath(path).name
             links.append(f"{name}::{parent}/{name.split('.so')[0]}.so")
         return links
