@@ -10,7 +10,7 @@ for each of ``spec.initContainers`` and ``spec.containers``: ``name``,
 ``status.resourceClaimStatuses`` (``name``, ``resourceClaimName``). Every other
 field is ignored.
 
-A claim from a template is found as the kubelet finds it (component-helpers
+A claim from a template is found as the kubelet finds it (dynamic-resource-allocation
 ``resourceclaim.Name``): the ResourceClaim controller of kube-controller-manager
 creates it and records its name in the pod's ``status.resourceClaimStatuses``,
 so a manifest as the API server returns it (``kubectl get pod -o yaml``) names

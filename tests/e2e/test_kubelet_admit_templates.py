@@ -1,7 +1,7 @@
 """A pod whose claim comes from a ResourceClaimTemplate, admitted by the kubelet emulator.
 
 The kubelet finds such a claim through the pod's ``status.resourceClaimStatuses``
-(component-helpers ``resourceclaim.Name``) and uses it only when the pod owns it
+(k8s.io/dynamic-resource-allocation ``resourceclaim.Name``) and uses it only when the pod owns it
 (``resourceclaim.IsForPod``). No controller manager runs beside the test's API server,
 so the test does what the ResourceClaim controller would: it creates the claim with
 the pod as its controlling owner and records its name in the pod's status (the Node

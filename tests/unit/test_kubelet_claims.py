@@ -68,8 +68,9 @@ status:
 
 
 def test_claims_from_templates_are_found_in_the_pods_status() -> None:
-    """component-helpers resourceclaim.Name: the status entry names the generated claim;
-    an entry without a name means none was needed; no entry means none was made yet."""
+    """k8s.io/dynamic-resource-allocation resourceclaim.Name: the status entry names the
+    generated claim; an entry without a name means none was needed; no entry means none
+    was made yet."""
     (pod,) = parse_pods(TEMPLATED, "pod.yaml")
     assert pod.uid == "0b6f-pod"
     assert pod.resource_claims == (
