@@ -91,9 +91,38 @@ async def test_a_directory_that_appears_later_is_watched(
     await published.wait_for(lambda t: len(t[AUDIO]) == 4)
 
 
+class Waits:
+    """Records the timeout of every ChangeFeed.wait: None means no timer, events only."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.timeouts: list[float | None] = []
+        self.changed = asyncio.Event()
+        original = monitor.ChangeFeed.wait
+
+        async def wait(feed: monitor.ChangeFeed, timeout: float | None) -> monitor.Wakeup:
+            self.timeouts.append(timeout)
+            self.changed.set()
+            return await original(feed, timeout)
+
+        monkeypatch.setattr(monitor.ChangeFeed, "wait", wait)
+
+    async def next(self) -> float | None:
+        self.changed.clear()
+        await asyncio.wait_for(self.changed.wait(), 5)
+        return self.timeouts[-1]
+
+    async def first_watch_rescanned(self) -> None:
+        """Until the scan that follows the first inotify watches has run (backend.run scans
+        again whenever it watches a new directory, for what changed in between): a test that
+        changes /dev before it would race with that scan."""
+        while len(self.timeouts) < 2:
+            await self.next()
+
+
 async def test_vanished_devices_are_dropped_after_the_grace_period(
-    fake_host: FakeHost, run_backend: RunBackend
+    fake_host: FakeHost, run_backend: RunBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    waits = Waits(monkeypatch)
     now = [0.0]
     serial = GenericBackend(
         parse_config(textwrap.dedent(CONFIG)),
@@ -102,6 +131,7 @@ async def test_vanished_devices_are_dropped_after_the_grace_period(
     )
     fake_host.node("/dev/ttyUSB0")
     published = await run_backend(serial)
+    await waits.first_watch_rescanned()
     fake_host.remove("/dev/ttyUSB0")
     await published.wait_for(lambda t: health(t, SERIAL) == {ID0: "Unhealthy"})
     now[0] = 30.0
@@ -178,41 +208,17 @@ def test_which_resources_have_something_to_prefer(
     assert backend(fake_host).has_preference(SERIAL, devices) is expected
 
 
-class Waits:
-    """Records the timeout of every ChangeFeed.wait: None means no timer, events only."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.timeouts: list[float | None] = []
-        self.changed = asyncio.Event()
-        original = monitor.ChangeFeed.wait
-
-        async def wait(feed: monitor.ChangeFeed, timeout: float | None) -> monitor.Wakeup:
-            self.timeouts.append(timeout)
-            self.changed.set()
-            return await original(feed, timeout)
-
-        monkeypatch.setattr(monitor.ChangeFeed, "wait", wait)
-
-    async def next(self) -> float | None:
-        self.changed.clear()
-        await asyncio.wait_for(self.changed.wait(), 5)
-        return self.timeouts[-1]
-
-
 async def test_an_idle_plugin_has_no_timer_while_events_cover_everything(
     fake_host: FakeHost, run_backend: RunBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     waits = Waits(monkeypatch)
     fake_host.node("/dev/ttyUSB0")
     published = await run_backend(backend(fake_host, rescan_interval=0.05, vanished_grace=60))
+    await waits.first_watch_rescanned()
     assert waits.timeouts[-1] is None, "no periodic wake-up: inotify covers every directory"
     fake_host.remove("/dev/ttyUSB0")
     await published.wait_for(lambda t: t[SERIAL][ID0].health.value == "Unhealthy")
-    # A vanished device is carried through its grace period: only a scan can end it. A scan
-    # that overlaps the removal can list the node and then fail to stat it: Unhealthy, not yet
-    # vanished, no timer; the scan the delete event wakes carries it and arms the timer.
-    while waits.timeouts[-1] is None:
-        await waits.next()
+    # A vanished device is carried through its grace period: only a scan can end it.
     assert waits.timeouts[-1] == 0.05
     fake_host.node("/dev/ttyUSB0")
     await published.wait_for(lambda t: t[SERIAL][ID0].health.value == "Healthy")
