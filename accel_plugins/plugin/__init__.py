@@ -54,6 +54,7 @@ from accel_plugins.plugin.device import (
     Mount,
     tree,
 )
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.cdi import (
@@ -124,6 +125,7 @@ __all__ = [
     "DraNamer",
     "DraVersion",
     "Health",
+    "HealthReason",
     "Holders",
     "HookError",
     "InUse",
@@ -136,6 +138,7 @@ __all__ = [
     "PreferenceScope",
     "PreferredAllocator",
     "Publish",
+    "ReasonKind",
     "check_preferred_request",
     "natural_key",
     "pci_attributes",

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
+from accel_plugins.plugin.health_reason import HealthReason
+
 _PERMISSION_LETTERS = frozenset("rwm")
 _F = TypeVar("_F")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -76,6 +78,8 @@ class Device:
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     cdi_devices: tuple[str, ...] = ()
     facts: object = field(default=None, hash=False)
+    # Why the device is Unhealthy (None while Healthy, or when the backend cannot say).
+    reason: HealthReason | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -88,8 +92,14 @@ class Device:
     def healthy(self) -> bool:
         return self.health is Health.HEALTHY
 
-    def with_health(self, health: Health) -> Device:
-        return self if health is self.health else replace(self, health=health)
+    def with_health(self, health: Health, reason: HealthReason | None = None) -> Device:
+        """This device with ``health``; a Healthy device carries no reason."""
+        health = Health(health)
+        if health is Health.HEALTHY:
+            reason = None
+        if health is self.health and reason == self.reason:
+            return self
+        return replace(self, health=health, reason=reason)
 
     def facts_as(self, kind: type[_F]) -> _F:
         """The backend's facts, checked to be of the type it declared.
