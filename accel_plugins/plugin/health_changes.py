@@ -82,7 +82,15 @@ class HealthWatch:
         self._last: DeviceTree | None = None
 
     def add_sink(self, sink: HealthSink) -> None:
+        """Tell ``sink`` about every later change, and now about the devices already
+        Unhealthy (a sink that starts late still hears of them)."""
         self._sinks.append(sink)
+        if self._last is not None and (now := health_changes(None, self._last)):
+            sink.health_changed(now)
+
+    def remove_sink(self, sink: HealthSink) -> None:
+        if sink in self._sinks:
+            self._sinks.remove(sink)
 
     def observe(self, tree: DeviceTree) -> list[HealthChange]:
         """Take the tree now served; the changes (also given to each sink)."""
