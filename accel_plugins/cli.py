@@ -440,6 +440,13 @@ def build_parser(
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the plugin")
+    add_flag(
+        p,
+        "--metrics-address",
+        default="",
+        help="the plugin's --metrics-address: read why devices are Unhealthy from its "
+        "/metrics (set in the chart's pods, so inspect run there finds it); empty: no reasons",
+    )
     _add_node_flag(p)
     _add_logging_flags(p)
 
@@ -757,6 +764,7 @@ def _dra_settings(args: argparse.Namespace) -> Any:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from accel_plugins.inspect import inspect_plugin, render_json, render_text
+    from accel_plugins.metrics.address import parse_address
 
     report = asyncio.run(
         inspect_plugin(
@@ -765,6 +773,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             pre_start=args.pre_start,
             node=args.node_name,
+            metrics=parse_address(args.metrics_address),
         )
     )
     print(render_json(report) if args.json else render_text(report))
