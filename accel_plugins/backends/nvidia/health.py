@@ -20,6 +20,9 @@ Policy (this text is also the README's):
   that no longer answer; the plugin keeps running.
 - When waiting for events fails otherwise, no GPU is watched any more:
   every GPU is marked (as in NVIDIA's plugin), once a second while it lasts.
+- Every marked device carries why (docs/health.md): ``xid`` with the XID's
+  number and NVIDIA's meaning (xid.py), ``gpu-lost``, or ``unmonitored``
+  when the health source itself fails.
 - Recovery, unlike NVIDIA's plugin: once a marked device has had no critical
   event for the quiet period (``--health-recovery-seconds``, default 60) it
   is probed (its handle, UUID and memory are read again, and a MIG device
