@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
@@ -170,3 +170,24 @@ async def test_events_are_rate_limited_per_node(kube: AsyncClient, kube_node: st
         await sink.idle()
         assert sink.dropped == 2
     assert len(await node_events_of(kube, kube_node)) == 3
+
+
+async def test_dra_mode_posts_the_same_events(
+    start_driver: Any, kube: AsyncClient, kube_node: str
+) -> None:
+    from accel_plugins.plugin.device import Device, Health, tree
+    from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
+    from tests.dra_plugin_fixtures import FakeClaims
+    from tests.framework_fixtures import ScriptedBackend
+
+    gone = HealthReason(ReasonKind.NODE_VANISHED, "/dev/card1 is gone")
+    scripted = ScriptedBackend(tree({SERIAL: [Device("card0"), Device("card1")]}))
+    running = await start_driver(scripted, FakeClaims())
+    async with node_events(running.driver.health, kube_node, client=kube):
+        scripted.set(
+            tree({SERIAL: [Device("card0"), Device("card1").with_health(Health.UNHEALTHY, gone)]})
+        )
+        event, _ = await first_event(kube, kube_node, "DeviceUnhealthy")
+        assert event[2] == f"{SERIAL} device card1 is Unhealthy: node-vanished: /dev/card1 is gone"
+        scripted.set(tree({SERIAL: [Device("card0"), Device("card1")]}))
+        await first_event(kube, kube_node, "DeviceHealthy")
