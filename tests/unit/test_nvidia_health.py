@@ -228,7 +228,9 @@ async def test_an_xid_gives_its_number_and_meaning(run_nvidia: RunNvidia) -> Non
 async def test_a_lost_gpu_is_gpu_lost_and_its_reason_clears_on_recovery(
     run_nvidia: RunNvidia,
 ) -> None:
-    backend, nvml = simulated_backend("pcie-4gpu", recovery=0.05)
+    # XID 79 ignored: the lost GPU is seen through NVML's GPU-is-lost alone (the simulated
+    # NVML, like the driver, reports XID 79 first, which would otherwise be the reason).
+    backend, nvml = simulated_backend("pcie-4gpu", recovery=0.05, disable="79")
     recorder = await run_nvidia(backend)
     await watching(backend)
     nvml.lose_gpu(1)
@@ -248,3 +250,16 @@ async def test_a_mig_fault_gives_the_whole_gpu_its_reason(run_nvidia: RunNvidia)
     nvml.inject_xid(0, 94, mig=0)
     tree = await recorder.wait_for(first_unhealthy())
     assert reasons_of(tree)[0] == "xid 94: Contained ECC error"
+
+
+async def test_the_first_reason_stays_while_later_xids_only_extend_the_fault(
+    run_nvidia: RunNvidia,
+) -> None:
+    backend, nvml = simulated_backend("pcie-4gpu")
+    recorder = await run_nvidia(backend)
+    await watching(backend)
+    nvml.inject_xid(2, 79)
+    nvml.inject_xid(2, 48)
+    nvml.inject_xid(3, 79)  # handled after the 48: once GPU 3 is marked, GPU 2 has seen both
+    await recorder.wait_for(lambda t: health_of(t) == ["H", "H", "U", "U"])
+    assert reasons_of(recorder.latest)[2] == "xid 79: GPU has fallen off the bus"

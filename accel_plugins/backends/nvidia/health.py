@@ -22,7 +22,8 @@ Policy (this text is also the README's):
   every GPU is marked (as in NVIDIA's plugin), once a second while it lasts.
 - Every marked device carries why (docs/health.md): ``xid`` with the XID's
   number and NVIDIA's meaning (xid.py), ``gpu-lost``, or ``unmonitored``
-  when the health source itself fails.
+  when the health source itself fails. It keeps the reason that marked it
+  until it recovers; later events only restart its quiet period.
 - Recovery, unlike NVIDIA's plugin: once a marked device has had no critical
   event for the quiet period (``--health-recovery-seconds``, default 60) it
   is probed (its handle, UUID and memory are read again, and a MIG device
@@ -211,9 +212,11 @@ class HealthMonitor:
         changed = False
         for unit in units:
             old = self._faults.get(unit)
-            self._faults[unit] = Fault(reason=reason, since=old.since if old else now, last=now)
-            # A new reason (XID 48 after XID 79) is news for every channel too.
-            if old is None or old.reason != reason:
+            # The reason stays the one that made the unit Unhealthy: a storm of mixed XIDs
+            # only restarts the quiet period, rather than flooding every channel with news.
+            first = old.reason if old else reason
+            self._faults[unit] = Fault(reason=first, since=old.since if old else now, last=now)
+            if old is None:
                 changed = True
                 log.warning("device %s is Unhealthy: %s", unit, reason)
             self._schedule(unit, self._recovery)
