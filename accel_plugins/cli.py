@@ -209,8 +209,9 @@ def _add_node_flag(parser: argparse.ArgumentParser) -> None:
         default="",
         env=("NODE_NAME",),
         help="this node's name (the downward API's spec.nodeName; the chart sets NODE_NAME): "
-        "in log lines, the build info metric and inspect's report; with --kubelet-api dra "
-        "it is required and names the pool of the node's ResourceSlices",
+        "in log lines, the build info metric, inspect's report and the Node the device "
+        "health Events are about; with --kubelet-api dra it is required and names the pool "
+        "of the node's ResourceSlices",
     )
 
 
@@ -282,7 +283,9 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         default="",
         env=("KUBECONFIG",),
         metavar="FILE",
-        help="--kubelet-api dra: the API server's kubeconfig (default: the pod's service account)",
+        help="the API server's kubeconfig (default: the pod's service account): ResourceSlices "
+        "and claims with --kubelet-api dra, and in both modes the Node Events about device "
+        "health (skipped when there is no API access)",
     )
     add_flag(
         parser,
@@ -437,6 +440,13 @@ def build_parser(
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the plugin")
+    add_flag(
+        p,
+        "--metrics-address",
+        default="",
+        help="the plugin's --metrics-address: read why devices are Unhealthy from its "
+        "/metrics (set in the chart's pods, so inspect run there finds it); empty: no reasons",
+    )
     _add_node_flag(p)
     _add_logging_flags(p)
 
@@ -527,6 +537,7 @@ async def serve(
     pod_resources: PodResourcesCache | None = None,
     config_files: Sequence[Path] = (),
     node_name: str = "",
+    kubeconfig: str | None = None,
 ) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
 
@@ -571,16 +582,24 @@ async def serve(
     freezing = loop.call_later(FREEZE_HEAP_AFTER, _freeze_heap)
     running = asyncio.ensure_future(manager.run())
     metrics = None
+    extras = contextlib.AsyncExitStack()
     try:
         await _until_listed(manager, recorder, running, METRICS_AFTER)
         if not running.done():
+            from accel_plugins.kube_events import node_events
             from accel_plugins.metrics import metrics_server
 
             metrics = metrics_server(manager, recorder, pod_resources, node_name)
             if listener is not None:
                 await metrics.start(sock=listener)
+            # After the kubelet has the devices, like metrics (issue 17); the watch
+            # replays devices already Unhealthy to the Events it starts.
+            await extras.enter_async_context(
+                node_events(manager.health, node_name, kubeconfig=kubeconfig)
+            )
         await running
     finally:
+        await extras.aclose()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         if config_watch is not None:
@@ -715,7 +734,15 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         plugins_registry_dir=args.plugins_registry_dir,
     )
     return asyncio.run(
-        serve(factory, settings, metrics_address, pod_resources, config_files, args.node_name)
+        serve(
+            factory,
+            settings,
+            metrics_address,
+            pod_resources,
+            config_files,
+            args.node_name,
+            args.kubeconfig or None,
+        )
     )
 
 
@@ -737,6 +764,7 @@ def _dra_settings(args: argparse.Namespace) -> Any:
 
 def _run_inspect(args: argparse.Namespace) -> int:
     from accel_plugins.inspect import inspect_plugin, render_json, render_text
+    from accel_plugins.metrics.address import parse_address
 
     report = asyncio.run(
         inspect_plugin(
@@ -745,6 +773,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             pre_start=args.pre_start,
             node=args.node_name,
+            metrics=parse_address(args.metrics_address),
         )
     )
     print(render_json(report) if args.json else render_text(report))

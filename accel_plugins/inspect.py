@@ -11,6 +11,7 @@ may do real work in Allocate and PreStartContainer, as for the kubelet.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 import grpc
 
 from accel_plugins.errors import AccelPluginsError
+from accel_plugins.inspect_reasons import Reasons, read_reasons
 from accel_plugins.kubelet.allocation import check_preferred, first_sorted
 from accel_plugins.kubelet.client import PluginClient
 from accel_plugins.kubelet.errors import KubeletError, PluginCallError
@@ -77,6 +79,8 @@ class InspectReport:
     # Where it ran (--node-name, NODE_NAME: set in the chart's pods, where operators run
     # inspect through kubectl exec); reports gathered from many nodes say whose they are.
     node: str = ""
+    # Why devices are Unhealthy, from the plugin's /metrics (None: not asked for).
+    reasons: Reasons | None = None
 
     @property
     def total(self) -> int:
@@ -95,15 +99,28 @@ class InspectReport:
         run = self.dry_run
         return run is not None and run.pre_start is not None and run.pre_start.error is not None
 
+    def reason(self, device: DeviceState) -> str | None:
+        """The device's reason when known (reasons asked for, the device Unhealthy)."""
+        if self.reasons is None or device.healthy:
+            return None
+        return self.reasons.by_device.get(device.id)
+
     def to_dict(self) -> dict[str, object]:
-        return {
+        devices: list[dict[str, object]] = [d.to_dict() for d in self.devices]
+        if self.reasons is not None:
+            for entry, device in zip(devices, self.devices, strict=True):
+                entry["reason"] = self.reason(device)
+        out: dict[str, object] = {
             "node": self.node or None,
             "socket": str(self.socket),
             "options": self.options.to_dict(),
             "counts": {"total": self.total, "healthy": self.healthy, "unhealthy": self.unhealthy},
-            "devices": [d.to_dict() for d in self.devices],
+            "devices": devices,
             "dry_run": self.dry_run.to_dict() if self.dry_run is not None else None,
         }
+        if self.reasons is not None:
+            out["reasons"] = self.reasons.to_dict()
+        return out
 
 
 def _one_line(text: str) -> str:
@@ -187,10 +204,13 @@ async def inspect_plugin(
     timeout: float = 5.0,
     pre_start: bool = False,
     node: str = "",
+    metrics: tuple[str, int] | None = None,
 ) -> InspectReport:
     """Ask the plugin at ``socket`` for its options and devices; dry-run ``allocate`` devices,
     then PreStartContainer on them with ``pre_start`` (when the plugin requires it).
-    ``node`` is the name of the node this runs on, reported as given."""
+    ``node`` is the name of the node this runs on, reported as given. With ``metrics``
+    (the plugin's metrics address) the Unhealthy devices' reasons are read from there
+    (inspect_reasons.py); a plugin without them is reported as before."""
     socket = Path(socket)
     if allocate < 0:
         raise InspectError(f"--allocate must be 0 or more, got {allocate}")
@@ -208,8 +228,18 @@ async def inspect_plugin(
         raise _explain(socket, e, timeout) from None
     except KubeletError as e:
         raise InspectError(_one_line(str(e))) from None
+    reasons = (
+        await asyncio.to_thread(read_reasons, metrics, socket, timeout)
+        if metrics is not None
+        else None
+    )
     return InspectReport(
-        socket=socket, options=options, devices=tuple(devices), dry_run=dry_run, node=node
+        socket=socket,
+        options=options,
+        devices=tuple(devices),
+        dry_run=dry_run,
+        node=node,
+        reasons=reasons,
     )
 
 
@@ -258,10 +288,16 @@ def render_text(report: InspectReport) -> str:
         f"devices: {report.total} total, {report.healthy} healthy, {report.unhealthy} unhealthy",
     ]
     if report.devices:
-        rows = [("ID", "HEALTH", "NUMA")] + [
-            (d.id, d.health, ",".join(map(str, d.numa_nodes)) or "-") for d in report.devices
-        ]
+        rows: list[tuple[str, ...]] = [("ID", "HEALTH", "NUMA")]
+        rows += [(d.id, d.health, ",".join(map(str, d.numa_nodes)) or "-") for d in report.devices]
+        if report.reasons is not None:
+            rows = [(*rows[0], "REASON")] + [
+                (*row, report.reason(d) or "-")
+                for row, d in zip(rows[1:], report.devices, strict=True)
+            ]
         lines += _table(rows)
+    if report.reasons is not None and report.reasons.problem:
+        lines.append(f"reasons: unavailable from {report.reasons.url}: {report.reasons.problem}")
     run = report.dry_run
     if run is not None:
         how = "preferred by the plugin" if run.preferred_by_plugin else "first healthy, sorted"

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from accel_plugins.api import dra_health_v1_pb2_grpc as health_v1_grpc
 from accel_plugins.api import dra_health_v1alpha1_pb2_grpc as health_grpc
 from accel_plugins.api import dra_v1_pb2_grpc as v1_grpc
 from accel_plugins.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
@@ -82,6 +83,10 @@ class RunningDriver:
     @property
     def health(self) -> health_grpc.DRAResourceHealthAsyncStub:
         return health_grpc.DRAResourceHealthStub(self.channel)
+
+    @property
+    def health_v1(self) -> health_v1_grpc.DRAResourceHealthAsyncStub:
+        return health_v1_grpc.DRAResourceHealthStub(self.channel)
 
     def registration(self, channel: grpc.aio.Channel) -> reg_grpc.RegistrationAsyncStub:
         return reg_grpc.RegistrationStub(channel)

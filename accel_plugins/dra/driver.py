@@ -35,8 +35,9 @@ from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshot
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
-from accel_plugins.plugin.device import DeviceTree, Health
+from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
 from accel_plugins.plugin.server import ServeError
@@ -132,6 +133,8 @@ class DraDriver:
         self._check = asyncio.Event()
         self._slices_due = asyncio.Event()
         self.feed = HealthFeed(settings.node_name, refresh=settings.health_refresh)
+        self.health = HealthWatch()
+        """Every served tree's health changes, for sinks such as Node Events."""
         self.preparer = Preparer(
             driver=settings.driver_name,
             pool=settings.node_name,
@@ -276,12 +279,7 @@ class DraDriver:
             backend = None
             self._backend = None
             # Nobody watches the hardware now: say so rather than keep promising health.
-            self._on_tree(
-                {
-                    r: {i: d.with_health(Health.UNHEALTHY) for i, d in ds.items()}
-                    for r, ds in self._tree.items()
-                }
-            )
+            self._on_tree({r: all_unhealthy(ds) for r, ds in self._tree.items()})
             if loop.time() - started >= settings.backend_stable_after:
                 backoff.reset()
             delay = backoff.next_delay()
@@ -310,6 +308,7 @@ class DraDriver:
         named = device_names(tree, self._namer)
         self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)
         self.feed.update(named)
+        self.health.observe(tree)
         self._slices_due.set()
 
     async def _publish_slices(self) -> None:

@@ -17,15 +17,29 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from accel_plugins.dra.model import NamedDevice
+from accel_plugins.plugin.device import Device
+
+# The kubelet keeps at most this many characters of a message (and cuts longer ones
+# itself): sent whole up to it, so the cut is ours and says where (dra-health v1 api.proto).
+MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
 class DeviceHealthState:
-    """One device's health as the stream reports it."""
+    """One device's health as the stream reports it; ``message`` says why when Unhealthy."""
 
     pool: str
     device: str
     healthy: bool
+    message: str = ""
+
+
+def health_message(device: Device) -> str:
+    """The device's reason as the stream's ``message`` (empty while Healthy)."""
+    if device.healthy or device.reason is None:
+        return ""
+    text = str(device.reason)
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
 
 class HealthFeed:
@@ -48,7 +62,9 @@ class HealthFeed:
     def update(self, devices: Mapping[str, NamedDevice]) -> bool:
         """Take a new tree's devices; True (and watchers woken) when anything changed."""
         states = {
-            name: DeviceHealthState(self.pool, name, named.device.healthy)
+            name: DeviceHealthState(
+                self.pool, name, named.device.healthy, health_message(named.device)
+            )
             for name, named in devices.items()
         }
         if states == self._states:

@@ -21,7 +21,13 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
-from accel_plugins.metrics.collectors import BackendCollector, DeviceCollector, NoAttribution
+from accel_plugins.kube_events import node_events
+from accel_plugins.metrics.collectors import (
+    BackendCollector,
+    DeviceCollector,
+    HealthReasonCollector,
+    NoAttribution,
+)
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
@@ -93,6 +99,7 @@ async def serve_dra(
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
+    registry.register(HealthReasonCollector(lambda: running.tree))
     registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
 
     async def problems() -> list[str]:
@@ -117,7 +124,8 @@ async def serve_dra(
     loop.add_signal_handler(signal.SIGHUP, driver.reload)
     config_watch = watch_configs(config_files, lambda _path: running.reload())
     try:
-        await driver.run()
+        async with node_events(driver.health, settings.node_name, client=client):
+            await driver.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)

@@ -1,5 +1,5 @@
 """The kubelet's DRA gRPC services on the driver's socket: DRAPlugin v1 and v1beta1,
-and DRAResourceHealth v1alpha1.
+and DRAResourceHealth v1 and v1alpha1 (the same messages; one stream, written twice).
 
 v1beta1 (kubelets 1.32 and 1.33) has v1's messages less ``Device.share_id``,
 with the same field numbers: a v1beta1 request is read as v1 from its bytes
@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from accel_plugins.api import dra_health_v1_pb2 as health_v1
+from accel_plugins.api import dra_health_v1_pb2_grpc as health_v1_grpc
 from accel_plugins.api import dra_health_v1alpha1_pb2 as health_pb
 from accel_plugins.api import dra_health_v1alpha1_pb2_grpc as health_grpc
 from accel_plugins.api import dra_v1_pb2 as v1
@@ -24,7 +26,7 @@ from accel_plugins.api import dra_v1_pb2_grpc as v1_grpc
 from accel_plugins.api import dra_v1beta1_pb2 as v1beta1
 from accel_plugins.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from accel_plugins.dra.checkpoint import PreparedClaim
-from accel_plugins.dra.health import HealthFeed
+from accel_plugins.dra.health import DeviceHealthState, HealthFeed
 from accel_plugins.dra.model import ClaimRef
 from accel_plugins.dra.prepare import Preparer
 from accel_plugins.plugin.server import SocketServer
@@ -35,7 +37,13 @@ log = logging.getLogger(__name__)
 # constants of k8s.io/kubelet/pkg/apis/dra/v1 and v1beta1).
 SERVICE_V1 = "v1.DRAPlugin"
 SERVICE_V1BETA1 = "v1beta1.DRAPlugin"
-SUPPORTED_VERSIONS = (SERVICE_V1, SERVICE_V1BETA1)
+# The health services, named the same way (the DRAResourceHealthService constants of
+# k8s.io/kubelet/pkg/apis/dra-health/v1 and v1alpha1). A 1.37 kubelet picks v1 when
+# both are listed, else v1alpha1 (pkg/kubelet/cm/dra/plugin, TestPickHealthService);
+# older ones ignore names they do not know and call v1alpha1 directly.
+HEALTH_SERVICE_V1 = "v1.DRAResourceHealth"
+HEALTH_SERVICE_V1ALPHA1 = "v1alpha1.DRAResourceHealth"
+SUPPORTED_VERSIONS = (SERVICE_V1, SERVICE_V1BETA1, HEALTH_SERVICE_V1, HEALTH_SERVICE_V1ALPHA1)
 
 _M = TypeVar("_M", bound=Message)
 
@@ -159,8 +167,42 @@ class DraPluginV1Beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         return _as(v1beta1.NodeUnprepareResourcesResponse, answer)
 
 
-class DraHealthServicer(health_grpc.DRAResourceHealthServicer):
-    """``v1alpha1.DRAResourceHealth``: the devices' health from :class:`HealthFeed`."""
+def health_response(
+    stamp: int, states: Sequence[DeviceHealthState]
+) -> health_v1.NodeWatchResourcesResponse:
+    """One full list as v1 writes it (v1alpha1's messages are the same, field for field)."""
+    return health_v1.NodeWatchResourcesResponse(
+        devices=[
+            health_v1.DeviceHealth(
+                device=health_v1.DeviceIdentifier(pool_name=s.pool, device_name=s.device),
+                health=health_v1.HEALTHY if s.healthy else health_v1.UNHEALTHY,
+                last_updated_time=stamp,
+                message=s.message,
+            )
+            for s in states
+        ]
+    )
+
+
+class DraHealthServicer(health_v1_grpc.DRAResourceHealthServicer):
+    """``v1.DRAResourceHealth``: the devices' health from :class:`HealthFeed`."""
+
+    def __init__(self, feed: HealthFeed) -> None:
+        self.feed = feed
+
+    async def NodeWatchResources(
+        self,
+        request: health_v1.NodeWatchResourcesRequest,
+        context: grpc.aio.ServicerContext[
+            health_v1.NodeWatchResourcesRequest, health_v1.NodeWatchResourcesResponse
+        ],
+    ) -> AsyncIterator[health_v1.NodeWatchResourcesResponse]:
+        async for stamp, states in self.feed.watch():
+            yield health_response(stamp, states)
+
+
+class DraHealthV1Alpha1Servicer(health_grpc.DRAResourceHealthServicer):
+    """``v1alpha1.DRAResourceHealth``: the v1 stream, through the wire format."""
 
     def __init__(self, feed: HealthFeed) -> None:
         self.feed = feed
@@ -173,16 +215,7 @@ class DraHealthServicer(health_grpc.DRAResourceHealthServicer):
         ],
     ) -> AsyncIterator[health_pb.NodeWatchResourcesResponse]:
         async for stamp, states in self.feed.watch():
-            yield health_pb.NodeWatchResourcesResponse(
-                devices=[
-                    health_pb.DeviceHealth(
-                        device=health_pb.DeviceIdentifier(pool_name=s.pool, device_name=s.device),
-                        health=health_pb.HEALTHY if s.healthy else health_pb.UNHEALTHY,
-                        last_updated_time=stamp,
-                    )
-                    for s in states
-                ]
-            )
+            yield _as(health_pb.NodeWatchResourcesResponse, health_response(stamp, states))
 
 
 class DraServer(SocketServer):
@@ -192,11 +225,13 @@ class DraServer(SocketServer):
         plugin = DraPluginServicer(preparer)
         beta = DraPluginV1Beta1Servicer(plugin)
         health = DraHealthServicer(feed)
+        health_alpha = DraHealthV1Alpha1Servicer(feed)
 
         def add(server: grpc.aio.Server) -> None:
             v1_grpc.add_DRAPluginServicer_to_server(plugin, server)
             v1beta1_grpc.add_DRAPluginServicer_to_server(beta, server)
-            health_grpc.add_DRAResourceHealthServicer_to_server(health, server)
+            health_v1_grpc.add_DRAResourceHealthServicer_to_server(health, server)
+            health_grpc.add_DRAResourceHealthServicer_to_server(health_alpha, server)
 
         super().__init__(socket_path, add, directory_flag="--kubelet-plugins-dir")
 

@@ -19,6 +19,7 @@ from accel_plugins import __version__
 from accel_plugins.metrics.exposition import TextFamily, escape
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
 from accel_plugins.plugin.device import Device, DeviceTree
+from accel_plugins.plugin.health_reason import ReasonKind
 from accel_plugins.plugin.lifecycle import PluginStatus
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,38 @@ def _device_samples(
         for resource, (devices, held, _) in entries.items()
         for labels, value in _device_rows(resource, devices, held)
     ]
+
+
+class HealthReasonCollector(Collector):
+    """One series per Unhealthy device saying why; a device that recovers has none.
+
+    ``kind`` is the reason's kind (plugin/health_reason.py), ``code`` its number
+    (the XID) or empty. An Unhealthy device whose backend gives no reason is
+    ``kind="other"`` with an empty code, so every Unhealthy device has a series.
+    """
+
+    NAME = f"{PREFIX}_device_health_reason"
+    HELP = (
+        "1 for each Unhealthy device, labelled with why: kind (xid, ecc, gpu-lost, "
+        "node-vanished, unreadable, unmonitored, cordoned, other) and code (the XID number)."
+    )
+
+    def __init__(self, tree: TreeSource) -> None:
+        self._tree = tree
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            self.NAME, self.HELP, labels=["resource", "device", "kind", "code"]
+        )
+        for resource, devices in self._tree().items():
+            for device_id, device in devices.items():
+                if device.healthy:
+                    continue
+                reason = device.reason
+                kind = reason.kind.value if reason is not None else ReasonKind.OTHER.value
+                code = "" if reason is None or reason.code is None else str(reason.code)
+                family.add_metric([resource, device_id, kind, code], 1)
+        yield family
 
 
 class BackendCollector(Collector):

@@ -11,6 +11,7 @@ from accel_plugins.metrics.collectors import (
     Attribution,
     BackendCollector,
     DeviceCollector,
+    HealthReasonCollector,
     NoAttribution,
     PluginCollector,
     StatusSource,
@@ -59,6 +60,7 @@ def watch_manager(
     pods: Attribution = attribution if attribution is not None else NoAttribution()
     registry.register(PluginCollector(manager.status, node_name))
     registry.register(DeviceCollector(lambda: manager.tree, pods))
+    registry.register(HealthReasonCollector(lambda: manager.tree))
     registry.register(BackendCollector(lambda: manager.backend, pods))
     registry.register(ReloadCollector(lambda: manager.reload_status))
 

@@ -25,7 +25,8 @@ from typing import Literal, get_args
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
-from accel_plugins.plugin.device import Device, DeviceTree, Health
+from accel_plugins.plugin.device import Device, DeviceTree
+from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
@@ -130,6 +131,8 @@ class Manager:
         self._stopped = asyncio.Event()
         self._running = False
         self._reloads = ReloadStatus(last_success=time.time())
+        self.health = HealthWatch()
+        """Every served tree's health changes, for sinks such as Node Events."""
 
     # -- public --------------------------------------------------------------
 
@@ -332,6 +335,7 @@ class Manager:
     # -- snapshots -------------------------------------------------------------
 
     async def _apply(self, tree: DeviceTree) -> None:
+        self.health.observe(tree)
         for resource in sorted(set(self._plugins) - set(tree)):
             log.info("resource %s: gone from the backend", resource)
             await self._plugins.pop(resource).stop()
@@ -444,7 +448,7 @@ class Manager:
             self._restart_backoff.reset()
         self._backend, self._backend_task = None, None
         # Nobody watches the hardware now: say so rather than keep promising health.
-        self._tree = {resource: unhealthy(devices) for resource, devices in self._tree.items()}
+        self._tree = {resource: all_unhealthy(devices) for resource, devices in self._tree.items()}
         await self._apply(self._tree)
         delay = self._restart_backoff.next_delay()
         log.info("rebuilding the backend in %.1fs", delay)
@@ -481,8 +485,3 @@ class Manager:
         for plugin in self._plugins.values():
             if plugin.set_capabilities(self._capabilities):
                 await plugin.restart(RestartReason.OPTIONS_CHANGED)
-
-
-def unhealthy(devices: Mapping[str, Device]) -> dict[str, Device]:
-    """The same devices, all reported Unhealthy."""
-    return {i: d.with_health(Health.UNHEALTHY) for i, d in devices.items()}

@@ -95,6 +95,7 @@ async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
             status, metrics = await http_get(port, "/metrics")
             assert status == 200
             assert "accel_plugins_device_healthy{" in metrics
+            assert "# TYPE accel_plugins_device_health_reason gauge" in metrics
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 20) == 0, log.read_text()
             assert not (root / "plugins" / DRIVER / "dra.sock").exists()

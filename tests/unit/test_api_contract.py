@@ -13,6 +13,7 @@ import pytest
 from google.protobuf.descriptor import FileDescriptor
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as dp
+from accel_plugins.api import dra_health_v1_pb2 as dra_health_v1
 from accel_plugins.api import dra_health_v1alpha1_pb2 as dra_health
 from accel_plugins.api import dra_v1_pb2 as dra_v1
 from accel_plugins.api import dra_v1beta1_pb2 as dra_v1beta1
@@ -147,6 +148,9 @@ SERVICES = {
     "v1alpha1.DRAResourceHealth": {
         "NodeWatchResources": ("NodeWatchResourcesRequest", "NodeWatchResourcesResponse", True),
     },
+    "v1.DRAResourceHealth": {
+        "NodeWatchResources": ("NodeWatchResourcesRequest", "NodeWatchResourcesResponse", True),
+    },
 }
 
 
@@ -168,6 +172,9 @@ SERVICES = {
         pytest.param(
             dra_health.DESCRIPTOR, "v1alpha1", DRA_HEALTH_V1ALPHA1, id="dra-health-v1alpha1"
         ),
+        # k8s.io/kubelet pkg/apis/dra-health/v1/api.proto (Kubernetes 1.37): v1alpha1's
+        # messages as of 1.36, field for field, in package v1.
+        pytest.param(dra_health_v1.DESCRIPTOR, "v1", DRA_HEALTH_V1ALPHA1, id="dra-health-v1"),
     ],
 )
 def test_messages_match_upstream(
@@ -190,6 +197,7 @@ def test_services_match_upstream() -> None:
         dra_v1.DESCRIPTOR,
         dra_v1beta1.DESCRIPTOR,
         dra_health.DESCRIPTOR,
+        dra_health_v1.DESCRIPTOR,
     )
     for descriptor in descriptors:
         for service in descriptor.services_by_name.values():
@@ -200,8 +208,9 @@ def test_services_match_upstream() -> None:
     assert actual == SERVICES
 
 
-def test_dra_health_status_values_match_upstream() -> None:
-    assert dict(dra_health.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+@pytest.mark.parametrize("module", [dra_health, dra_health_v1], ids=["v1alpha1", "v1"])
+def test_dra_health_status_values_match_upstream(module: ModuleType) -> None:
+    assert dict(module.HealthStatus.items()) == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
 
 
 @pytest.mark.parametrize("module", [dra_v1, dra_v1beta1], ids=["v1", "v1beta1"])

@@ -136,10 +136,13 @@ def test_pods_share_nothing_with_the_host_but_mounts(name: str) -> None:
             if not (_is_mps(ds) and field == "hostPID"):
                 assert not spec.get(field, False), field
         assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-        # Only a DRA driver talks to the API server (its own ServiceAccount, dra-rbac.yaml).
-        dra = "--kubelet-api=dra" in container(ds)["args"]
-        assert spec["automountServiceAccountToken"] is dra
-        assert ("serviceAccountName" in spec) is dra
+        # A DRA driver talks to the API server (its own ServiceAccount, dra-rbac.yaml); in
+        # both modes the plugins post health Events unless healthEvents is off (health-rbac.yaml).
+        # The MPS daemon never does.
+        events = ci_values(name).get("healthEvents", {}).get("enabled", True) and not _is_mps(ds)
+        talks = "--kubelet-api=dra" in container(ds)["args"] or events
+        assert spec["automountServiceAccountToken"] is talks
+        assert ("serviceAccountName" in spec) is talks
 
 
 @pytest.mark.parametrize("name", CI_NAMES)

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
+from accel_plugins.api import dra_health_v1_pb2 as health_v1
 from accel_plugins.api import dra_health_v1alpha1_pb2 as health_pb
 from accel_plugins.api import dra_v1_pb2 as v1
 from accel_plugins.api import dra_v1beta1_pb2 as v1beta1
@@ -25,9 +26,11 @@ from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.dra.model import ClaimError
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Health, Mount, tree
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
 from tests.framework_fixtures import ScriptedBackend
+from tests.nvidia_fixtures import simulated_backend
 
 RESOURCE = "example.com/card"
 KIND = f"k8s.{DRIVER}/claim"
@@ -84,7 +87,14 @@ async def test_registration_socket_answers_get_info_as_the_kubelet_expects(
         assert info.type == "DRAPlugin"
         assert info.name == DRIVER
         assert info.endpoint == str(running.settings.kubelet_plugins_dir / DRIVER / "dra.sock")
-        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        # The health services too: a 1.37 kubelet picks v1 from them
+        # (pkg/kubelet/cm/dra/plugin/dra_plugin_manager_test.go, TestPickHealthService).
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ]
         await running.registration(channel).NotifyRegistrationStatus(
             reg.RegistrationStatus(plugin_registered=True), timeout=5
         )
@@ -358,4 +368,72 @@ async def test_health_is_sent_again_before_the_kubelet_counts_it_stale(
     again = await next_health(stream)  # no change: the refresh
     assert [d.device.device_name for d in again.devices] == ["card0"]
     assert again.devices[0].last_updated_time >= first.devices[0].last_updated_time
+    stream.cancel()
+
+
+HEALTH_VERSIONS = [pytest.param("v1", id="v1"), pytest.param("v1alpha1", id="v1alpha1")]
+GONE = HealthReason(ReasonKind.NODE_VANISHED, "/dev/card1 is gone")
+
+
+def health_stream(running: RunningDriver, version: str) -> Any:
+    if version == "v1":
+        return running.health_v1.NodeWatchResources(
+            health_v1.NodeWatchResourcesRequest(), timeout=5
+        )
+    return running.health.NodeWatchResources(health_pb.NodeWatchResourcesRequest(), timeout=5)
+
+
+@pytest.mark.parametrize("version", HEALTH_VERSIONS)
+async def test_health_carries_the_reason_as_its_message(start_driver: Any, version: str) -> None:
+    scripted = backend(card(0), card(1))
+    running: RunningDriver = await start_driver(scripted, FakeClaims())
+    stream = health_stream(running, version)
+    first = await stream.read()
+    assert [d.message for d in first.devices] == ["", ""]
+    scripted.set(tree({RESOURCE: [card(0), card(1).with_health(Health.UNHEALTHY, GONE)]}))
+    changed = await stream.read()
+    assert [(d.device.device_name, d.health, d.message) for d in changed.devices] == [
+        ("card0", health_v1.HEALTHY, ""),
+        ("card1", health_v1.UNHEALTHY, "node-vanished: /dev/card1 is gone"),
+    ]
+    stream.cancel()
+
+
+async def test_a_message_longer_than_the_kubelet_keeps_is_cut_as_the_kubelet_would(
+    start_driver: Any,
+) -> None:
+    # The kubelet keeps 1024 characters, cutting to 1021 plus "..." (dra-health v1 api.proto).
+    long = HealthReason(ReasonKind.OTHER, "x" * 2000)
+    scripted = backend(card(0).with_health(Health.UNHEALTHY, long))
+    running: RunningDriver = await start_driver(scripted, FakeClaims())
+    stream = health_stream(running, "v1")
+    (device,) = (await stream.read()).devices
+    assert len(device.message) == 1024
+    assert device.message.endswith("x...")
+    stream.cancel()
+
+
+async def test_a_gpu_recovers_in_dra_mode_after_the_quiet_period(start_driver: Any) -> None:
+    """The device-plugin path's recovery rule (quiet period, then a passing probe) holds
+    in DRA mode too: the stream reports the XID with its meaning, then Healthy again."""
+    nvidia, nvml = simulated_backend("pcie-4gpu", recovery=0.2)
+    running: RunningDriver = await start_driver(nvidia, FakeClaims())
+    stream = health_stream(running, "v1")
+    first = await stream.read()
+    assert nvidia.monitor is not None
+    await asyncio.wait_for(nvidia.monitor.ready.wait(), 10)
+    nvml.inject_xid(1, 79)
+    # Each distinct list of states, in order.
+    seen: list[tuple[int, ...]] = [tuple(d.health for d in first.devices)]
+    messages: set[str] = set()
+    async with asyncio.timeout(10):
+        while len(seen) < 3:
+            response = await stream.read()
+            states = tuple(d.health for d in response.devices)
+            messages |= {d.message for d in response.devices if d.message}
+            if seen[-1] != states:
+                seen.append(states)
+    ok, bad = health_v1.HEALTHY, health_v1.UNHEALTHY
+    assert seen == [(ok, ok, ok, ok), (ok, bad, ok, ok), (ok, ok, ok, ok)]
+    assert messages == {"xid 79: GPU has fallen off the bus"}
     stream.cancel()

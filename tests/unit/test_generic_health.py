@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
+from pathlib import Path
 
-from accel_plugins.backends.generic.health import VanishedDevices
+import pytest
+
+from accel_plugins.backends.generic.config import PathType
+from accel_plugins.backends.generic.health import VanishedDevices, path_problem
+from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.plugin.device import Device, DeviceNode, Health
 
 R = "accel-plugins.io/serial"
@@ -70,3 +76,39 @@ def test_an_unhealthy_device_that_is_still_found_is_not_touched() -> None:
     keeper = VanishedDevices(grace=60)
     sick = A.with_health(Health.UNHEALTHY)
     assert keeper.apply({R: {"a": sick}}) == {R: {"a": sick}}
+
+
+def test_a_vanished_device_says_which_nodes_are_gone() -> None:
+    keeper = VanishedDevices(grace=60, clock=Clock())
+    keeper.apply({R: {"a": A, "b": B}})
+    reason = keeper.apply({R: {"a": A}})[R]["b"].reason
+    assert reason is not None
+    assert (reason.kind, reason.detail) == ("node-vanished", "/dev/ttyUSB1 no longer found")
+
+
+@pytest.mark.parametrize(
+    ("make", "kind", "problem"),
+    [
+        pytest.param(None, PathType.DEVICE, "node-vanished: /dev/card is gone", id="gone"),
+        pytest.param(
+            "file", PathType.DEVICE, "unreadable: /dev/card is not a device node", id="file"
+        ),
+        pytest.param("file", PathType.MOUNT, None, id="a-file-is-a-fine-mount"),
+        pytest.param("dir", PathType.DEVICE, None, id="a-directory-of-nodes"),
+        pytest.param(
+            "fifo", PathType.DEVICE, "unreadable: /dev/card is not a device node", id="fifo"
+        ),
+    ],
+)
+def test_path_problem(
+    tmp_path: Path, make: str | None, kind: PathType, problem: str | None
+) -> None:
+    local = tmp_path / "card"
+    if make == "file":
+        local.write_text("")
+    elif make == "dir":
+        local.mkdir()
+    elif make == "fifo":
+        os.mkfifo(local)
+    found = path_problem(HostPaths(tmp_path, tmp_path / "sys"), "/dev/card", kind)
+    assert (str(found) if found else None) == problem

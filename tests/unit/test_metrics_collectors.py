@@ -9,10 +9,18 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from accel_plugins.metrics import BackendCollector, DeviceCollector, NoAttribution, render
+from accel_plugins.backends.nvidia.xid import xid_reason
+from accel_plugins.metrics import (
+    BackendCollector,
+    DeviceCollector,
+    HealthReasonCollector,
+    NoAttribution,
+    render,
+)
 from accel_plugins.plugin.backend import Holders, PodRef
 from accel_plugins.plugin.device import Device, DeviceTree, Health
-from tests.metrics_support import parse, series
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
+from tests.metrics_support import parse, promtool_check, series
 
 WIDGET = "example.com/widget"
 GADGET = "example.com/gadget"
@@ -135,3 +143,43 @@ def test_a_backend_without_metrics_adds_nothing() -> None:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BackendCollector(lambda: object(), NoAttribution()))
     assert render(registry) == b""
+
+
+# -- health reasons ---------------------------------------------------------------------
+
+
+def reason_rows(tree: DeviceTree) -> dict[tuple[str, str, str, str], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HealthReasonCollector(lambda: tree))
+    text = render(registry).decode()
+    promtool_check(text)
+    return {
+        (d["resource"], d["device"], d["kind"], d["code"]): v
+        for k, v in series(parse(text), "accel_plugins_device_health_reason").items()
+        for d in [dict(k)]
+    }
+
+
+@pytest.mark.parametrize(
+    ("device", "row"),
+    [
+        pytest.param(Device("w0"), None, id="healthy-has-no-series"),
+        pytest.param(
+            Device("w0").with_health(Health.UNHEALTHY, xid_reason(79)),
+            (WIDGET, "w0", "xid", "79"),
+            id="xid-with-its-code",
+        ),
+        pytest.param(
+            Device("w0").with_health(
+                Health.UNHEALTHY, HealthReason(ReasonKind.NODE_VANISHED, "/dev/w0 is gone")
+            ),
+            (WIDGET, "w0", "node-vanished", ""),
+            id="node-vanished-without-code",
+        ),
+        pytest.param(
+            Device("w0", Health.UNHEALTHY), (WIDGET, "w0", "other", ""), id="no-reason-is-other"
+        ),
+    ],
+)
+def test_health_reason_series(device: Device, row: tuple[str, str, str, str] | None) -> None:
+    assert reason_rows({WIDGET: {"w0": device}}) == ({row: 1} if row else {})

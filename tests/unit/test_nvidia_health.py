@@ -207,3 +207,59 @@ async def test_nvml_is_shut_down_when_the_backend_stops() -> None:
         await task
     assert (nvml.init_calls, nvml.shutdown_calls) == (1, 1)
     assert (nvml.initialized, nvml.event_sets) == (False, 0)
+
+
+# -- reasons ---------------------------------------------------------------------------
+
+
+def reasons_of(tree: DeviceTree, resource: str = GPU) -> list[str]:
+    return [str(d.reason) if d.reason else "" for d in tree[resource].values()]
+
+
+async def test_an_xid_gives_its_number_and_meaning(run_nvidia: RunNvidia) -> None:
+    backend, nvml = simulated_backend("pcie-4gpu")
+    recorder = await run_nvidia(backend)
+    await watching(backend)
+    nvml.inject_xid(2, 48)
+    tree = await recorder.wait_for(first_unhealthy())
+    assert reasons_of(tree) == ["", "", "xid 48: Double Bit ECC Error", ""]
+
+
+async def test_a_lost_gpu_is_gpu_lost_and_its_reason_clears_on_recovery(
+    run_nvidia: RunNvidia,
+) -> None:
+    # XID 79 ignored: the lost GPU is seen through NVML's GPU-is-lost alone (the simulated
+    # NVML, like the driver, reports XID 79 first, which would otherwise be the reason).
+    backend, nvml = simulated_backend("pcie-4gpu", recovery=0.05, disable="79")
+    recorder = await run_nvidia(backend)
+    await watching(backend)
+    nvml.lose_gpu(1)
+    tree = await recorder.wait_for(first_unhealthy())
+    reason = tree[GPU][nvml.profile.gpus[1].uuid].reason
+    assert reason is not None
+    assert reason.kind == "gpu-lost"
+    nvml.restore_gpu(1)
+    tree = await recorder.wait_for(lambda t: health_of(t) == ["H"] * 4)
+    assert reasons_of(tree) == [""] * 4
+
+
+async def test_a_mig_fault_gives_the_whole_gpu_its_reason(run_nvidia: RunNvidia) -> None:
+    backend, nvml = simulated_backend("a100-mig", mig_strategy="none")
+    recorder = await run_nvidia(backend)
+    await watching(backend)
+    nvml.inject_xid(0, 94, mig=0)
+    tree = await recorder.wait_for(first_unhealthy())
+    assert reasons_of(tree)[0] == "xid 94: Contained ECC error"
+
+
+async def test_the_first_reason_stays_while_later_xids_only_extend_the_fault(
+    run_nvidia: RunNvidia,
+) -> None:
+    backend, nvml = simulated_backend("pcie-4gpu")
+    recorder = await run_nvidia(backend)
+    await watching(backend)
+    nvml.inject_xid(2, 79)
+    nvml.inject_xid(2, 48)
+    nvml.inject_xid(3, 79)  # handled after the 48: once GPU 3 is marked, GPU 2 has seen both
+    await recorder.wait_for(lambda t: health_of(t) == ["H", "H", "U", "U"])
+    assert reasons_of(recorder.latest)[2] == "xid 79: GPU has fallen off the bus"

@@ -11,6 +11,7 @@ import accel_plugins.plugin as api
 # What a backend touches, by the guide's sections: devices, hooks, command, errors, policies.
 EXPECTED = {
     "Backend", "Publish", "Device", "DeviceNode", "Mount", "Health", "DeviceTree", "tree",
+    "HealthReason", "ReasonKind",
     "ContainerAllocation", "Allocator", "PreferredAllocator", "PreStarter", "PreferenceScope",
     "MetricsProvider",
     "Holders", "PodRef", "BackendCommand", "BackendContext", "BackendFactory", "Option", "InUse",

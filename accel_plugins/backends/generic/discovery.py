@@ -35,7 +35,7 @@ from accel_plugins.backends.generic.config import (
     PathType,
 )
 from accel_plugins.backends.generic.devdir import expand, is_dir
-from accel_plugins.backends.generic.health import path_ok
+from accel_plugins.backends.generic.health import path_problem
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.sysfs import numa_node
 from accel_plugins.backends.generic.udev import UdevEnumerator
@@ -119,8 +119,11 @@ class Discovery:
         return list(devices.values())
 
     def _device(self, unit: Unit, replica: int, group: int) -> Device:
-        healthy = all(path_ok(self.host, n.host_path, PathType.DEVICE) for n in unit.nodes) and all(
-            path_ok(self.host, m.host_path, PathType.MOUNT) for m in unit.mounts
+        checks = [(n.host_path, PathType.DEVICE) for n in unit.nodes]
+        checks += [(m.host_path, PathType.MOUNT) for m in unit.mounts]
+        # The first failing path is the reason: enough to act on, short enough for an Event.
+        reason = next(
+            (r for path, kind in checks if (r := path_problem(self.host, path, kind))), None
         )
         # A directory's NUMA nodes are those of the devices the runtime will find in it.
         numa = {
@@ -130,7 +133,8 @@ class Discovery:
         }
         return Device(
             id=device_id(replica, unit.paths),
-            health=Health.HEALTHY if healthy else Health.UNHEALTHY,
+            health=Health.HEALTHY if reason is None else Health.UNHEALTHY,
+            reason=reason,
             numa_nodes=tuple(sorted(n for n in numa if n is not None)),
             nodes=unit.nodes,
             mounts=unit.mounts,

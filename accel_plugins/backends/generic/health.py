@@ -26,6 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from accel_plugins.backends.generic.config import PathType
 from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.plugin.device import Device, Health
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 InUse = Callable[[str], Collection[str] | None]
 """resource name -> IDs of its devices that pods hold now (None: unknown right now)."""
@@ -33,15 +34,24 @@ InUse = Callable[[str], Collection[str] | None]
 DEFAULT_VANISHED_GRACE = 300.0
 
 
-def path_ok(host: HostPaths, host_path: str, kind: PathType) -> bool:
+def path_problem(host: HostPaths, host_path: str, kind: PathType) -> HealthReason | None:
+    """None while ``host_path`` is usable as ``kind``; else why not.
+
+    Gone is ``node-vanished``; there but not statable (permissions, I/O) or
+    not a device node is ``unreadable``.
+    """
     try:
         info = os.stat(host.local(host_path))
-    except OSError:
-        return False
+    except FileNotFoundError:
+        return HealthReason(ReasonKind.NODE_VANISHED, f"{host_path} is gone")
+    except OSError as exc:
+        return HealthReason(ReasonKind.UNREADABLE, f"{host_path}: {exc.strerror or exc}")
     if kind is PathType.MOUNT:
-        return True
+        return None
     mode = info.st_mode
-    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode)
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode):
+        return None
+    return HealthReason(ReasonKind.UNREADABLE, f"{host_path} is not a device node")
 
 
 class VanishedDevices:
@@ -83,9 +93,15 @@ class VanishedDevices:
                 # No feed, or the kubelet cannot tell us now: the grace period decides.
                 keep = device_id in held if held is not None else now - started < self._grace
                 if keep:
-                    merged[device_id] = old.with_health(Health.UNHEALTHY)
+                    reason = old.reason if old.reason is not None else _vanished(old)
+                    merged[device_id] = old.with_health(Health.UNHEALTHY, reason)
                     since[key] = started
             out[resource] = merged
         self._last = out
         self._since = since
         return out
+
+
+def _vanished(device: Device) -> HealthReason:
+    paths = ", ".join(n.host_path for n in device.nodes) or device.id
+    return HealthReason(ReasonKind.NODE_VANISHED, f"{paths} no longer found")

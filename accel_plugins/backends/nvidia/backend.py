@@ -20,6 +20,7 @@ from accel_plugins.errors import AllocationError, BackendError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 if TYPE_CHECKING:
     # Only a feature switched on (CDI, MPS, NFD labels, DRA) or a first Allocate /
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
 log = logging.getLogger(__name__)
+
+MPS_DOWN = HealthReason(ReasonKind.OTHER, "the MPS control daemon is not ready")
 
 
 class NvidiaBackend:
@@ -135,15 +138,24 @@ class NvidiaBackend:
     def snapshot(self) -> DeviceTree:
         """The tree as it would be published now, health included."""
         faults = self._monitor.faults if self._monitor else {}
-        parents = {self._monitor.parent_of(u) for u in faults} if self._monitor else set()
 
-        def health(device: Device) -> Health:
+        # A faulty MIG device makes its whole GPU unusable: the GPU takes its reason.
+        child_faults = {
+            parent: fault
+            for unit, fault in faults.items()
+            if self._monitor is not None and (parent := self._monitor.parent_of(unit))
+        }
+
+        def checked(device: Device) -> Device:
             facts = gpu_facts(device)
-            unit, parent = facts.uuid, facts.parent_uuid
-            bad = unit in faults or parent in faults
-            if facts.kind == "gpu" and unit in parents:
-                bad = True  # a faulty MIG device makes its whole GPU unusable
-            return Health.UNHEALTHY if bad else Health.HEALTHY
+            fault = faults.get(facts.uuid) or (
+                faults.get(facts.parent_uuid) if facts.parent_uuid else None
+            )
+            if fault is None and facts.kind == "gpu":
+                fault = child_faults.get(facts.uuid)
+            if fault is None:
+                return device.with_health(Health.HEALTHY)
+            return device.with_health(Health.UNHEALTHY, fault.reason)
 
         def mps_down(name: str) -> bool:
             # MPS replicas stay listed while their control daemon is down, Unhealthy.
@@ -152,7 +164,7 @@ class NvidiaBackend:
         return tree(
             {
                 name: [
-                    d.with_health(Health.UNHEALTHY if mps_down(name) else health(d))
+                    d.with_health(Health.UNHEALTHY, MPS_DOWN) if mps_down(name) else checked(d)
                     for d in devices
                 ]
                 for name, devices in self._resources.items()

@@ -20,6 +20,10 @@ Policy (this text is also the README's):
   that no longer answer; the plugin keeps running.
 - When waiting for events fails otherwise, no GPU is watched any more:
   every GPU is marked (as in NVIDIA's plugin), once a second while it lasts.
+- Every marked device carries why (docs/health.md): ``xid`` with the XID's
+  number and NVIDIA's meaning (xid.py), ``gpu-lost``, or ``unmonitored``
+  when the health source itself fails. It keeps the reason that marked it
+  until it recovers; later events only restart its quiet period.
 - Recovery, unlike NVIDIA's plugin: once a marked device has had no critical
   event for the quiet period (``--health-recovery-seconds``, default 60) it
   is probed (its handle, UUID and memory are read again, and a MIG device
@@ -41,6 +45,8 @@ from dataclasses import dataclass
 from accel_plugins.backends.nvidia.discovery import Gpu
 from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError, NvmlNotSupportedError
 from accel_plugins.backends.nvidia.nvml import EventSet, Nvml, XidEvent
+from accel_plugins.backends.nvidia.xid import xid_reason
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +114,13 @@ class XidPolicy:
 class Fault:
     """Why a unit (a GPU or MIG UUID) is Unhealthy, and when it last misbehaved."""
 
-    reason: str
+    reason: HealthReason
     since: float
     last: float
+
+
+def _unmonitored(detail: str) -> HealthReason:
+    return HealthReason(ReasonKind.UNMONITORED, detail)
 
 
 class HealthMonitor:
@@ -195,14 +205,17 @@ class HealthMonitor:
             limit = None if interrupted else STOP_JOIN_SECONDS
             await asyncio.shield(asyncio.to_thread(thread.join, limit))
 
-    def mark(self, units: Iterable[str], reason: str) -> None:
+    def mark(self, units: Iterable[str], reason: HealthReason) -> None:
         """Record a critical fault on ``units`` (event-loop thread only)."""
         assert self._loop is not None
         now = self._loop.time()
         changed = False
         for unit in units:
             old = self._faults.get(unit)
-            self._faults[unit] = Fault(reason=reason, since=old.since if old else now, last=now)
+            # The reason stays the one that made the unit Unhealthy: a storm of mixed XIDs
+            # only restarts the quiet period, rather than flooding every channel with news.
+            first = old.reason if old else reason
+            self._faults[unit] = Fault(reason=first, since=old.since if old else now, last=now)
             if old is None:
                 changed = True
                 log.warning("device %s is Unhealthy: %s", unit, reason)
@@ -265,7 +278,7 @@ class HealthMonitor:
 
     # -- the NVML thread -----------------------------------------------------------
 
-    def _report(self, units: Iterable[str], reason: str) -> None:
+    def _report(self, units: Iterable[str], reason: HealthReason) -> None:
         chosen = list(units)
         if chosen and self._loop is not None and not self._stop.is_set():
             self._loop.call_soon_threadsafe(self.mark, chosen, reason)
@@ -289,16 +302,16 @@ class HealthMonitor:
             except NvmlNotSupportedError:
                 log.warning("GPU %s cannot report XIDs; it is not health-checked", gpu.uuid)
             except GpuLostError as exc:
-                self._report([gpu.uuid], f"GPU lost: {exc}")
+                self._report([gpu.uuid], HealthReason(ReasonKind.GPU_LOST, str(exc)))
             except NvmlError as exc:
-                self._report([gpu.uuid], f"cannot watch for XIDs: {exc}")
+                self._report([gpu.uuid], _unmonitored(f"cannot watch for XIDs: {exc}"))
 
     def _watch(self) -> None:
         try:
             events = self._nvml.create_event_set()
         except NvmlError as exc:
             log.error("cannot create an NVML event set, every GPU is Unhealthy: %s", exc)
-            self._report(self._gpus, f"no health events: {exc}")
+            self._report(self._gpus, _unmonitored(f"no health events: {exc}"))
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self.ready.set)
             return
@@ -313,13 +326,13 @@ class HealthMonitor:
                 except GpuLostError:
                     lost = self._lost_units()
                     log.error("NVML reports a lost GPU: %s", ", ".join(lost) or "none found")
-                    self._report(lost, "GPU lost (fell off the bus)")
+                    self._report(lost, HealthReason(ReasonKind.GPU_LOST, "fell off the bus"))
                     continue
                 except NvmlError as exc:
                     log.error("waiting for NVML events failed, every GPU is Unhealthy: %s", exc)
                     # Unwatched GPUs cannot be promised healthy; each failure restarts
                     # their quiet period, so they recover only once waits work again.
-                    self._report(self._gpus, f"health events failed: {exc}")
+                    self._report(self._gpus, _unmonitored(f"health events failed: {exc}"))
                     self._stop.wait(1.0)  # no hot loop on a persistent error
                     continue
                 if event is not None:
@@ -337,9 +350,10 @@ class HealthMonitor:
         if not self._policy.is_critical(event.xid):
             log.info("ignoring XID %d on %s (not critical under the policy)", event.xid, event.uuid)
             return
-        reason = f"XID {event.xid}"
+        reason = xid_reason(event.xid)
         if event.uuid is None:
-            self._report(self._gpus, f"{reason} on an unidentified GPU")
+            unattributed = f"{reason.detail} (on an unidentified GPU)"
+            self._report(self._gpus, HealthReason(ReasonKind.XID, unattributed, code=event.xid))
             return
         gpu = self._gpus.get(event.uuid)
         if gpu is None:

@@ -134,6 +134,16 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{- printf "%s-dra" (include "accel-plugins.fullname" .) }}
 {{- end }}
 
+{{/* The plugins' ServiceAccount: the DRA driver's in DRA mode, else the one for health
+Events (health-rbac.yaml); empty when the plugins need none. */}}
+{{- define "accel-plugins.pluginServiceAccount" -}}
+{{- if eq .Values.kubeletApi "dra" }}
+{{- include "accel-plugins.draServiceAccount" . }}
+{{- else if .Values.healthEvents.enabled }}
+{{- printf "%s-plugin" (include "accel-plugins.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{/* Values that contradict each other stop the render with a message naming the keys. */}}
 {{- define "accel-plugins.validate" -}}
 {{- $v := .Values }}
