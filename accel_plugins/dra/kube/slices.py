@@ -179,3 +179,19 @@ def _normal(device: dict[str, Any]) -> dict[str, Any]:
 def same_devices(first: Iterable[KubeDevice], second: Iterable[KubeDevice]) -> bool:
     """Equal as the API server would store them (quantities compared by value)."""
     return [_normal(d.to_dict()) for d in first] == [_normal(d.to_dict()) for d in second]
+
+
+def same_slice(held: ResourceSlice, desired: ResourceSlice) -> bool:
+    """Whether the API server's ``held`` slice says what ``desired`` says.
+
+    The spec (pool, devices) and our owner reference count; the metadata the
+    server adds (resourceVersion, uid, managedFields) does not.
+    """
+    owners = [o.uid for o in (held.metadata.ownerReferences if held.metadata else None) or []]
+    wanted = [o.uid for o in (desired.metadata.ownerReferences if desired.metadata else None) or []]
+    return (
+        owners == wanted
+        and held.spec.pool == desired.spec.pool
+        and held.spec.nodeName == desired.spec.nodeName
+        and same_devices(held.spec.devices or [], desired.spec.devices or [])
+    )
