@@ -2,6 +2,9 @@
 
 - ``kube_apiserver``: etcd and kube-apiserver for the whole session (they take
   seconds and hundreds of MB to start), so tests work on their own node names.
+- ``apiservers``: ``apiservers(kind)`` is the session's API server of that
+  :class:`ServerKind` (another version, other feature gates), started on first
+  use; a test module overrides ``kube_apiserver`` with one to run its tests there.
 - ``kube``: an admin lightkube AsyncClient on the session's API server.
 - ``kube_node``: a Node object of a name no other test uses (one the API
   server has a kubelet token for), its slices and itself deleted at teardown.
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pytest
@@ -36,14 +40,58 @@ def _lightkube() -> None:
     pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
 
+@dataclass(frozen=True)
+class ServerKind:
+    """An API server binary of the assets and the flags it needs to serve DRA."""
+
+    name: str  # the test ID
+    binary: str = "kube-apiserver"
+    feature_gates: Mapping[str, bool] = field(default_factory=dict, hash=False)
+    runtime_config: Mapping[str, bool] = field(default_factory=dict, hash=False)
+
+
+V1_34 = ServerKind("v1.34")
+# DRADeviceTaints is alpha (off by default) in 1.34: the slice field is kept only with it.
+V1_34_TAINTS = ServerKind("v1.34+DRADeviceTaints", feature_gates={"DRADeviceTaints": True})
+# ../shared/k8s/README.md: 1.33 serves DRA (v1beta2 preferred, v1beta1) only with these.
+V1_33 = ServerKind(
+    "v1.33",
+    "kube-apiserver-v1.33",
+    feature_gates={"DynamicResourceAllocation": True},
+    runtime_config={"resource.k8s.io/v1beta1": True, "resource.k8s.io/v1beta2": True},
+)
+V1_36 = ServerKind("v1.36", "kube-apiserver-v1.36")
+DRA_VERSIONS = (V1_34, V1_33, V1_36)
+ServerOf = Callable[[ServerKind], ApiServer]
+
+
 @pytest.fixture(scope="session")
-def kube_apiserver() -> Iterator[ApiServer]:
-    try:
-        assets()
-    except EnvtestUnavailable as exc:
-        pytest.skip(f"no real API server: {exc}")
-    with api_server() as started:
-        yield started
+def apiservers() -> Iterator[ServerOf]:
+    started: dict[str, ApiServer] = {}
+    with contextlib.ExitStack() as stack:
+
+        def server(kind: ServerKind) -> ApiServer:
+            if kind.name not in started:
+                try:
+                    assets()
+                    started[kind.name] = stack.enter_context(
+                        api_server(
+                            kind.binary,
+                            feature_gates=kind.feature_gates,
+                            runtime_config=kind.runtime_config,
+                            scheduler=kind == V1_34,
+                        )
+                    )
+                except EnvtestUnavailable as exc:
+                    pytest.skip(f"no real API server {kind.name}: {exc}")
+            return started[kind.name]
+
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(apiservers: ServerOf) -> ApiServer:
+    return apiservers(V1_34)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ async def serve_dra(
     kubeconfig: str | None,
     metrics_address: tuple[str, int] | None = None,
     config_files: Sequence[Path] = (),
+    *,
+    device_taints: str = "auto",
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -59,6 +62,7 @@ async def serve_dra(
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
+    ``device_taints`` is ``--dra-device-taints`` (auto, on, off).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -82,6 +86,15 @@ async def serve_dra(
                 return backend.dra_device_name(resource, device)
             return dra_device_name(device.id)
 
+    class RunningKeyer:
+        """The running backend's DraTaintKeyer; the default key otherwise."""
+
+        def dra_taint_key(self, resource: str, device: Device) -> str | None:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraTaintKeyer):
+                return backend.dra_taint_key(resource, device)
+            return None
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -89,6 +102,8 @@ async def serve_dra(
         describe=describe,
         namer=RunningNamer(),
         registry=registry,
+        taints=device_taints,
+        keyer=RunningKeyer(),
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
     running = driver

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         pcie_root,
     )
     from accel_plugins.plugin.dra_names import DraNamer
+    from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 # The CDI writer (with tempfile behind it) and the DRA description load on first
 # use: most plugins use neither, and every plugin process imports this package
@@ -94,6 +95,7 @@ _LAZY = {
         for name in ("DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root")
     },
     "DraNamer": "accel_plugins.plugin.dra_names",
+    "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
 }
 
 
@@ -123,6 +125,7 @@ __all__ = [
     "DraDescriber",
     "DraDeviceInfo",
     "DraNamer",
+    "DraTaintKeyer",
     "DraVersion",
     "Health",
     "HealthReason",

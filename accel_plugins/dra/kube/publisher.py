@@ -43,11 +43,15 @@ from accel_plugins.dra.kube.slices import (
     Describe,
     PoolIdentity,
     build_slices,
+    carry_taint_times,
     pool_devices,
+    probe_slice,
     same_slice,
 )
+from accel_plugins.dra.kube.taints import TaintMode, taint_maker
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +69,10 @@ class KubeSlicePublisher:
     One pool named after ``node``; its slices are ``<node>-<driver>-<n>``,
     owned by the Node (whose UID is read once). ``describe`` gives each
     device's attributes (the backend's DraDescriber), ``namer`` its DRA name
-    (the backend's DraNamer, through ``device_names``). ``sleep`` is the
-    backoff's clock (tests pass a fake one).
+    (the backend's DraNamer, through ``device_names``), ``keyer`` the key of
+    an Unhealthy device's taint (the backend's DraTaintKeyer) where ``taints``
+    (``--dra-device-taints``) has them written. ``sleep`` is the backoff's
+    clock (tests pass a fake one).
     """
 
     def __init__(
@@ -79,6 +85,8 @@ class KubeSlicePublisher:
         namer: DraNamer | None = None,
         registry: CollectorRegistry | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        taints: TaintMode | str = TaintMode.AUTO,
+        keyer: DraTaintKeyer | None = None,
     ) -> None:
         self._client = client
         self._driver = driver
@@ -88,7 +96,11 @@ class KubeSlicePublisher:
         self._sleep = sleep
         self._identity: PoolIdentity | None = None
         self._lock = asyncio.Lock()
+        self._tree: DeviceTree | None = None
         self._wanted: list[KubeDevice] | None = None
+        self._taint_mode = TaintMode(taints)
+        self._taints: bool | None = None
+        self._taint = taint_maker(driver, keyer)
         self._observed: dict[str, ResourceSlice] = {}
         self._listed_version: str | None = None
         self._generation = 0
@@ -113,12 +125,20 @@ class KubeSlicePublisher:
         return self._generation
 
     @property
+    def taints(self) -> bool | None:
+        """Whether Unhealthy devices are published tainted (None: not decided yet)."""
+        return self._taints
+
+    @property
     def in_sync(self) -> bool:
         """Whether the slices the API server holds, as last seen, are the newest tree."""
         return self._identity is not None and self._wanted is not None and self._matches()
 
     async def publish(self, tree: DeviceTree) -> None:
-        self._wanted = pool_devices(tree, self._describe, self._namer)
+        self._tree = tree
+        self._wanted = None
+        if self._taints is not None:
+            self._wanted = self._pool(tree)
         if await self._attempt():
             return
         self._retry_in_background(first_delay=BACKOFF_START)
@@ -161,6 +181,10 @@ class KubeSlicePublisher:
         self._check()  # a change the watch saw while we were writing
         return True
 
+    def _pool(self, tree: DeviceTree) -> list[KubeDevice]:
+        taint = self._taint if self._taints else None
+        return pool_devices(tree, self._describe, self._namer, taint)
+
     def _desired(self, generation: int) -> list[ResourceSlice]:
         assert self._identity is not None
         assert self._wanted is not None
@@ -179,10 +203,14 @@ class KubeSlicePublisher:
         )
 
     async def _sync(self) -> None:
-        if self._wanted is None:
+        if self._tree is None:
             return
         if self._identity is None:
             await self._adopt()
+        if self._taints is None:
+            await self._decide_taints()
+        if self._wanted is None:
+            self._wanted = self._pool(self._tree)
         if self._matches():
             return
         generation = self._generation + 1
@@ -196,7 +224,7 @@ class KubeSlicePublisher:
         log.info(
             "ResourceSlices for %s: %d devices in %d slices, generation %d",
             self._node,
-            len(self._wanted),
+            sum(len(s.spec.devices or []) for s in desired),
             len(desired),
             generation,
         )
@@ -210,6 +238,35 @@ class KubeSlicePublisher:
         self._identity = PoolIdentity(self._driver, self._node, node.metadata.uid)
         if self._watch is None:
             self._watch = asyncio.create_task(self._watch_loop(), name="dra-slice-watch")
+
+    async def _decide_taints(self) -> None:
+        """Taints on or off, logged once; ``auto`` asks the API server with a dry-run create."""
+        assert self._identity is not None
+        if self._taint_mode is not TaintMode.AUTO:
+            self._taints = self._taint_mode is TaintMode.ON
+            log.info("device taints: %s (--dra-device-taints)", self._taint_mode.value)
+            return
+        answer = await self._client.create(probe_slice(self._identity), dry_run=True)
+        self._taints = any(d.taints for d in answer.spec.devices or [])
+        if self._taints:
+            log.info("device taints: on (the API server keeps ResourceSlice device taints)")
+        else:
+            log.warning(
+                "device taints: off (the API server drops ResourceSlice device taints: its "
+                "feature gate DRADeviceTaints is off); Unhealthy devices are left out instead"
+            )
+
+    def _taints_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
+        """The API server dropped our taints after all (``on`` where the gate is off)."""
+        if any(d.taints for d in sent.spec.devices or []) and not any(
+            d.taints for d in written.spec.devices or []
+        ):
+            log.error(
+                "device taints: the API server drops them (feature gate DRADeviceTaints off?); "
+                "Unhealthy devices are left out instead"
+            )
+            self._taints = False
+            self._wanted = None
 
     async def _relist(self) -> None:
         """Replace what we believe the API server holds with a fresh list of it."""
@@ -242,6 +299,7 @@ class KubeSlicePublisher:
                     written = await self._client.create(desired)
                 else:
                     desired.metadata.resourceVersion = version
+                    carry_taint_times(desired, self._observed.values())
                     written = await self._client.replace(desired)
             except ApiError as exc:
                 if exc.status.code == 404 or (exc.status.code == 403 and version is not None):
@@ -254,6 +312,7 @@ class KubeSlicePublisher:
                     raise
                 continue
             self._observe(written)
+            self._taints_dropped(desired, written)
             return
         raise ApiError(status=Status(code=409, message=f"ResourceSlice {name}: conflict"))
 
@@ -318,7 +377,7 @@ class KubeSlicePublisher:
         self._check()
 
     def _check(self) -> None:
-        if self._wanted is None or self._lock.locked() or self.in_sync:
+        if self._tree is None or self._lock.locked() or self.in_sync:
             return  # a sync in progress checks again when it ends (_attempt)
         if self._retry is None or self._retry.done():
             self.repairs.inc()

@@ -8,10 +8,10 @@ plus two of the framework's: ``resource`` (the device-plugin resource name,
 which is what a DeviceClass per resource selects on) and ``numa`` when the
 device sits on exactly one NUMA node.
 
-Unhealthy devices are left out rather than tainted: device taints are a beta
-API behind the ``DRADeviceTaints`` gate in 1.34 (off by default, and a tainted
-device lowers the slice limit to 64), while a device missing from the pool is
-something every scheduler version understands. It comes back when healthy.
+An Unhealthy device is published with a taint where the API server keeps
+device taints (``taint`` given: see taints.py); elsewhere it is left out, which
+every scheduler version understands, and comes back when healthy. A slice with
+a tainted device holds at most 64 devices, others 128.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from lightkube.models.resource_v1 import (
 from lightkube.models.resource_v1 import (
     DeviceAttribute,
     DeviceCapacity,
+    DeviceTaint,
     ResourcePool,
     ResourceSliceSpec,
 )
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.utils.quantity import parse_quantity
 
+from accel_plugins.dra.kube.taints import Taint
 from accel_plugins.dra.model import device_names, dra_device_name
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
@@ -43,6 +45,9 @@ from accel_plugins.plugin.dra_names import DraNamer
 log = logging.getLogger(__name__)
 
 MAX_DEVICES_PER_SLICE = 128  # resource.k8s.io/v1 ResourceSliceSpec.devices
+# ...when any device in the slice has taints or consumes counters
+# (ResourceSliceMaxDevicesWithTaintsOrConsumesCounters, pkg/apis/resource/types.go).
+MAX_TAINTED_DEVICES_PER_SLICE = 64
 MAX_ATTRIBUTES = 32  # attributes and capacities combined, per device
 MAX_STRING = 64  # a string or version attribute's length
 RESOURCE_ATTRIBUTE = "resource"
@@ -72,7 +77,11 @@ def _fits(name: str, value: DraAttributeValue) -> bool:
 
 
 def kube_device(
-    resource: str, device: Device, info: DraDeviceInfo, name: str | None = None
+    resource: str,
+    device: Device,
+    info: DraDeviceInfo,
+    name: str | None = None,
+    taint: Taint | None = None,
 ) -> KubeDevice:
     """One slice entry; attributes past the API's limits are dropped with a log line."""
     values: dict[str, DraAttributeValue] = {RESOURCE_ATTRIBUTE: resource}
@@ -92,13 +101,18 @@ def kube_device(
         name=name or dra_device_name(device.id),
         attributes={name: _attribute(value) for name, value in values.items()},
         capacity={name: DeviceCapacity(value=str(q)) for name, q in info.capacity.items()} or None,
+        taints=[taint(resource, device)] if taint is not None and not device.healthy else None,
     )
 
 
 def pool_devices(
-    tree: DeviceTree, describe: Describe | None = None, namer: DraNamer | None = None
+    tree: DeviceTree,
+    describe: Describe | None = None,
+    namer: DraNamer | None = None,
+    taint: Taint | None = None,
 ) -> list[KubeDevice]:
-    """The pool's devices, healthy only, in a stable order (resource, then device ID).
+    """The pool's devices in a stable order (resource, then device ID): Unhealthy ones
+    tainted with ``taint``, or left out without it.
 
     Named by :func:`~accel_plugins.dra.model.device_names`, the mapping the
     kubelet side reads allocation results back through (the backend's DraNamer
@@ -106,9 +120,11 @@ def pool_devices(
     """
     describe = describe or _no_description
     return [
-        kube_device(named.resource, named.device, describe(named.resource, named.device), name)
+        kube_device(
+            named.resource, named.device, describe(named.resource, named.device), name, taint
+        )
         for name, named in device_names(tree, namer).items()
-        if named.device.healthy
+        if named.device.healthy or taint is not None
     ]
 
 
@@ -136,14 +152,24 @@ class PoolIdentity:
         )
 
 
+def _limited(device: KubeDevice) -> bool:
+    return bool(device.taints or device.consumesCounters)
+
+
 def chunks(devices: list[KubeDevice]) -> list[list[KubeDevice]]:
-    """At most MAX_DEVICES_PER_SLICE per slice; an empty pool is one empty slice."""
-    if not devices:
-        return [[]]
-    return [
-        devices[i : i + MAX_DEVICES_PER_SLICE]
-        for i in range(0, len(devices), MAX_DEVICES_PER_SLICE)
-    ]
+    """Devices in order, at most 128 per slice (64 in a slice with a tainted device);
+    an empty pool is one empty slice."""
+    parts: list[list[KubeDevice]] = [[]]
+    limited = False
+    for device in devices:
+        limited_now = limited or _limited(device)
+        limit = MAX_TAINTED_DEVICES_PER_SLICE if limited_now else MAX_DEVICES_PER_SLICE
+        if len(parts[-1]) >= limit:
+            parts.append([])
+            limited_now = _limited(device)
+        parts[-1].append(device)
+        limited = limited_now
+    return parts
 
 
 def build_slices(
@@ -168,17 +194,52 @@ def build_slices(
 
 
 def _normal(device: dict[str, Any]) -> dict[str, Any]:
-    # The API server rewrites quantities canonically ("85899345920" -> "80Gi").
+    # The API server rewrites quantities canonically ("85899345920" -> "80Gi")
+    # and stamps each taint's timeAdded.
     capacity: dict[str, Decimal | None] = {
         name: parse_quantity(entry.get("value"))
         for name, entry in (device.get("capacity") or {}).items()
     }
-    return {**device, "capacity": capacity}
+    taints = [
+        {k: v for k, v in taint.items() if k != "timeAdded"} for taint in device.get("taints") or []
+    ]
+    return {**device, "capacity": capacity, "taints": taints}
 
 
 def same_devices(first: Iterable[KubeDevice], second: Iterable[KubeDevice]) -> bool:
     """Equal as the API server would store them (quantities compared by value)."""
     return [_normal(d.to_dict()) for d in first] == [_normal(d.to_dict()) for d in second]
+
+
+PROBE_DEVICE = "probe"
+
+
+def probe_slice(identity: PoolIdentity) -> ResourceSlice:
+    """A slice with one tainted device, for a dry-run create: does the server keep taints?"""
+    device = KubeDevice(
+        name=PROBE_DEVICE,
+        taints=[DeviceTaint(key=f"{identity.driver}/probe", effect="NoSchedule")],
+    )
+    (only,) = build_slices(identity, [device], 1)
+    assert only.metadata is not None
+    # A name of its own: a dry-run create of an existing name is refused (409).
+    only.metadata.name = None
+    only.metadata.generateName = f"{identity.node}-{identity.driver}-probe-"
+    return only
+
+
+def carry_taint_times(desired: ResourceSlice, held: Iterable[ResourceSlice]) -> None:
+    """Give ``desired``'s taints the timeAdded the API server stamped on the same taint
+    of the same device (else every rewrite would restamp them)."""
+    stamped = {
+        (device.name, taint.key, taint.value, taint.effect): taint.timeAdded
+        for item in held
+        for device in item.spec.devices or []
+        for taint in device.taints or []
+    }
+    for device in desired.spec.devices or []:
+        for taint in device.taints or []:
+            taint.timeAdded = stamped.get((device.name, taint.key, taint.value, taint.effect))
 
 
 def same_slice(held: ResourceSlice, desired: ResourceSlice) -> bool:
