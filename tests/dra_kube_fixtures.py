@@ -5,6 +5,11 @@
 - ``apiservers``: ``apiservers(kind)`` is the session's API server of that
   :class:`ServerKind` (another version, other feature gates), started on first
   use; a test module overrides ``kube_apiserver`` with one to run its tests there.
+- ``every_dra_version``: imported into a test module, it overrides
+  ``kube_apiserver`` so that each test there runs against 1.34 (resource.k8s.io
+  v1), 1.33 (v1beta2, v1beta1) and 1.36 (v1); a binary missing from the assets
+  skips its cases with that reason. :func:`served` says which version a client's
+  server speaks, :func:`resource_types` gives lightkube's types of it.
 - ``kube``: an admin lightkube AsyncClient on the session's API server.
 - ``kube_node``: a Node object of a name no other test uses (one the API
   server has a kubelet token for), its slices and itself deleted at teardown.
@@ -18,9 +23,12 @@ Skipped, with the reason, when ``KUBEBUILDER_ASSETS`` is unset or lightkube
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,6 +37,8 @@ from tests.envtest import NODES, ApiServer, EnvtestUnavailable, api_server, asse
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
+
+    from accel_plugins.dra.kube.api import ResourceApi
 
 
 _names: Iterator[str] = iter(NODES)
@@ -94,6 +104,28 @@ def kube_apiserver(apiservers: ServerOf) -> ApiServer:
     return apiservers(V1_34)
 
 
+@pytest.fixture(name="kube_apiserver", params=[pytest.param(k, id=k.name) for k in DRA_VERSIONS])
+def every_dra_version(request: pytest.FixtureRequest, apiservers: ServerOf) -> ApiServer:
+    return apiservers(request.param)
+
+
+_served: weakref.WeakKeyDictionary[AsyncClient, ResourceApi] = weakref.WeakKeyDictionary()
+
+
+async def served(kube: AsyncClient) -> ResourceApi:
+    """The resource.k8s.io version the client's API server serves (newest), asked once."""
+    from accel_plugins.dra.kube.api import ApiVersions
+
+    if kube not in _served:
+        _served[kube] = await ApiVersions(kube).get()
+    return _served[kube]
+
+
+def resource_types(api: ResourceApi) -> ModuleType:
+    """lightkube.resources.resource_<version>: DeviceClass, ResourceClaim, ... of ``api``."""
+    return importlib.import_module(f"lightkube.resources.resource_{api.version}")
+
+
 @pytest.fixture
 async def kube(kube_apiserver: ApiServer) -> AsyncIterator[AsyncClient]:
     _lightkube()
@@ -126,12 +158,11 @@ async def node_client(kube_apiserver: ApiServer) -> AsyncIterator[NodeClient]:
 
 
 async def delete_slices(kube: AsyncClient, node: str) -> None:
-    from lightkube.resources.resource_v1 import ResourceSlice
-
-    async for item in kube.list(ResourceSlice, fields={"spec.nodeName": node}):
+    api = await served(kube)
+    async for item in kube.list(api.slice_type, fields={"spec.nodeName": node}):
         assert item.metadata is not None
         assert item.metadata.name is not None
-        await kube.delete(ResourceSlice, item.metadata.name)
+        await kube.delete(api.slice_type, item.metadata.name)
 
 
 @pytest.fixture

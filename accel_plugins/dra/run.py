@@ -95,6 +95,8 @@ async def serve_dra(
                 return backend.dra_taint_key(resource, device)
             return None
 
+    # Asked once, by whichever side needs it first.
+    apis = kube.ApiVersions(client, node=settings.node_name)
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -104,8 +106,9 @@ async def serve_dra(
         registry=registry,
         taints=device_taints,
         keyer=RunningKeyer(),
+        api=apis,
     )
-    driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
+    driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(BackendCollector(lambda: running.backend, NoAttribution()))

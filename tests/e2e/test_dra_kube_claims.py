@@ -3,6 +3,8 @@
 No kube-scheduler runs here, so each test writes ``status.allocation`` itself
 (the status subresource, as the scheduler does) with results for our driver,
 another driver and another node's pool; the source must keep only ours.
+Each test runs against every DRA version (1.34, 1.33, 1.36), the claims
+written in the version the server serves.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
 from accel_plugins.dra.kube import KubeClaimSource
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, dra_device_name
+from tests.dra_kube_fixtures import (
+    every_dra_version,  # noqa: F401 (the API server of each DRA version)
+    resource_types,
+    served,
+)
 
 DRIVER = "gpu.nvidia.com"
 POOL = "node-under-test"
@@ -41,29 +47,26 @@ async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
 @pytest.fixture
 async def gpu_class(kube: AsyncClient) -> AsyncIterator[str]:
     name = "claims-test-gpu.example.com"  # not gpu.nvidia.com: other tests may create that
+    device_class = resource_types(await served(kube)).DeviceClass
     await kube.create(
-        cast(
-            DeviceClass,
-            DeviceClass.from_dict(
-                {
-                    "metadata": {"name": name},
-                    "spec": {
-                        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
-                    },
-                }
-            ),
+        device_class.from_dict(
+            {
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            }
         )
     )
     yield name
-    await kube.delete(DeviceClass, name)
+    await kube.delete(device_class, name)
 
 
 async def make_claim(kube: AsyncClient, namespace: str, device_class: str) -> ClaimRef:
     name = next(_claims)
+    claim_type = resource_types(await served(kube)).ResourceClaim
     created = await kube.create(
         cast(
-            ResourceClaim,
-            ResourceClaim.from_dict(
+            Any,
+            claim_type.from_dict(
                 {
                     "metadata": {"name": name, "namespace": namespace},
                     "spec": {
@@ -102,7 +105,7 @@ async def allocate(kube: AsyncClient, claim: ClaimRef, results: list[dict[str, A
         }
     }
     await kube.patch(
-        ResourceClaimStatus,
+        resource_types(await served(kube)).ResourceClaimStatus,
         claim.name,
         status,
         namespace=claim.namespace,

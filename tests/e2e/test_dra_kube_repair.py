@@ -24,8 +24,13 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry
 
 from accel_plugins.dra.kube import KubeSlicePublisher
+from accel_plugins.dra.kube.api import ResourceApi
 from accel_plugins.plugin.device import Device, DeviceTree, tree
-from tests.dra_kube_fixtures import NodeClient
+from tests.dra_kube_fixtures import (
+    NodeClient,
+    every_dra_version,  # noqa: F401 (the API server of each DRA version)
+    served,
+)
 from tests.e2e.test_dra_kube_slices import devices_of, slices
 
 DRIVER = "repair.example.com"
@@ -88,18 +93,21 @@ async def owned(
     await pub.close()
 
 
-async def kubelet_wipe(client: AsyncClient, node: str, driver: str | None) -> None:
+async def kubelet_wipe(
+    client: AsyncClient, api: ResourceApi, node: str, driver: str | None
+) -> None:
     """The kubelet's DeleteCollection (lightkube's deletecollection takes no field selector)."""
     selector = f"spec.nodeName={node}" + (f",spec.driver={driver}" if driver else "")
     await client._client.request(
-        "deletecollection", res=ResourceSlice, params={"fieldSelector": selector}
+        "deletecollection", res=api.slice_type, params={"fieldSelector": selector}
     )
 
 
 async def names_on(kube: AsyncClient, node: str) -> set[str]:
+    api = await served(kube)
     return {
         item.metadata.name or ""
-        async for item in kube.list(ResourceSlice, fields={"spec.nodeName": node})
+        async for item in kube.list(api.slice_type, fields={"spec.nodeName": node})
         if item.metadata is not None
     }
 
@@ -121,7 +129,7 @@ async def test_kubelet_wipe_twice_is_repaired_whole_within_2s(
     kubelet = node_client(kube_node)
     generations = [owned.generation]
     for _ in range(2):
-        await kubelet_wipe(kubelet, kube_node, driver)
+        await kubelet_wipe(kubelet, await served(kube), kube_node, driver)
         found, took = await until(kube, kube_node, whole(2, 200, after=generations[-1]))
         print(f"slices back after a kubelet wipe in {took * 1000:.0f} ms")
         assert took < REPAIR_BOUND
@@ -139,18 +147,20 @@ Edit = Callable[[AsyncClient, str], Awaitable[Any]]
 
 
 async def _drop_devices(kube: AsyncClient, node: str) -> None:
-    held = await kube.get(ResourceSlice, f"{node}-{DRIVER}-1")
+    api = await served(kube)
+    held = await kube.get(api.slice_type, f"{node}-{DRIVER}-1")
     held.spec.devices = (held.spec.devices or [])[:5]
     await kube.replace(held)
 
 
 async def _delete_one(kube: AsyncClient, node: str) -> None:
-    await kube.delete(ResourceSlice, f"{node}-{DRIVER}-0")
+    await kube.delete((await served(kube)).slice_type, f"{node}-{DRIVER}-0")
 
 
 async def _foreign_slice(kube: AsyncClient, node: str) -> None:
     """A slice of our driver on our node under a name we do not use: not ours to keep."""
-    held = await kube.get(ResourceSlice, f"{node}-{DRIVER}-1")
+    api = await served(kube)
+    held = await kube.get(api.slice_type, f"{node}-{DRIVER}-1")
     assert held.metadata is not None
     held.metadata.name = f"{node}-{DRIVER}-stray"
     held.metadata.resourceVersion = None
@@ -211,7 +221,8 @@ async def test_a_replace_that_finds_the_slice_gone_creates_it_without_resource_v
     )
     await pub.publish(units(3))
     await pub.wait_in_sync()
-    await kube.delete(ResourceSlice, f"{kube_node}-{DRIVER}-0")  # unseen: the watch is deaf
+    api = await served(kube)
+    await kube.delete(api.slice_type, f"{kube_node}-{DRIVER}-0")  # unseen: the watch is deaf
 
     await pub.publish(units(4))  # replace -> 404 -> create
     await pub.wait_in_sync()

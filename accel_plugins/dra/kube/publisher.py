@@ -39,6 +39,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry, Counter
 
+from accel_plugins.dra.kube.api import V1, ApiVersions, ResourceApi
 from accel_plugins.dra.kube.slices import (
     Describe,
     PoolIdentity,
@@ -71,8 +72,9 @@ class KubeSlicePublisher:
     device's attributes (the backend's DraDescriber), ``namer`` its DRA name
     (the backend's DraNamer, through ``device_names``), ``keyer`` the key of
     an Unhealthy device's taint (the backend's DraTaintKeyer) where ``taints``
-    (``--dra-device-taints``) has them written. ``sleep`` is the backoff's
-    clock (tests pass a fake one).
+    (``--dra-device-taints``) has them written. ``api`` is the resource.k8s.io
+    version to write, or the :class:`ApiVersions` that asks the API server
+    (default: a new one). ``sleep`` is the backoff's clock (tests pass a fake one).
     """
 
     def __init__(
@@ -87,8 +89,11 @@ class KubeSlicePublisher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         taints: TaintMode | str = TaintMode.AUTO,
         keyer: DraTaintKeyer | None = None,
+        api: ResourceApi | ApiVersions | None = None,
     ) -> None:
         self._client = client
+        self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api, node=node)
+        self._api = V1  # until _adopt asks self._apis
         self._driver = driver
         self._node = node
         self._describe = describe
@@ -231,6 +236,7 @@ class KubeSlicePublisher:
 
     async def _adopt(self) -> None:
         """Read the Node's UID and what the API server holds (then watch it)."""
+        self._api = await self._apis.get()
         node = await self._client.get(Node, self._node)
         assert node.metadata is not None
         assert node.metadata.uid is not None
@@ -246,7 +252,9 @@ class KubeSlicePublisher:
             self._taints = self._taint_mode is TaintMode.ON
             log.info("device taints: %s (--dra-device-taints)", self._taint_mode.value)
             return
-        answer = await self._client.create(probe_slice(self._identity), dry_run=True)
+        answer = self._api.from_wire(
+            await self._client.create(self._api.to_wire(probe_slice(self._identity)), dry_run=True)
+        )
         self._taints = any(d.taints for d in answer.spec.devices or [])
         if self._taints:
             log.info("device taints: on (the API server keeps ResourceSlice device taints)")
@@ -270,9 +278,10 @@ class KubeSlicePublisher:
 
     async def _relist(self) -> None:
         """Replace what we believe the API server holds with a fresh list of it."""
-        listing = self._client.list(ResourceSlice, fields=self._selector())
+        listing = self._client.list(self._api.slice_type, fields=self._selector())
         found: dict[str, ResourceSlice] = {}
-        async for item in listing:
+        async for wire in listing:
+            item = self._api.from_wire(wire)
             assert item.metadata is not None
             assert item.metadata.name is not None
             found[item.metadata.name] = item
@@ -296,11 +305,11 @@ class KubeSlicePublisher:
             try:
                 if version is None:
                     desired.metadata.resourceVersion = None
-                    written = await self._client.create(desired)
+                    written = await self._client.create(self._api.to_wire(desired))
                 else:
                     desired.metadata.resourceVersion = version
                     carry_taint_times(desired, self._observed.values())
-                    written = await self._client.replace(desired)
+                    written = await self._client.replace(self._api.to_wire(desired))
             except ApiError as exc:
                 if exc.status.code == 404 or (exc.status.code == 403 and version is not None):
                     # Gone meanwhile: create it. A node identity is told 403, not 404: the
@@ -311,14 +320,15 @@ class KubeSlicePublisher:
                 else:
                     raise
                 continue
-            self._observe(written)
-            self._taints_dropped(desired, written)
+            held = self._api.from_wire(written)
+            self._observe(held)
+            self._taints_dropped(desired, held)
             return
         raise ApiError(status=Status(code=409, message=f"ResourceSlice {name}: conflict"))
 
     async def _refresh(self, name: str) -> None:
         try:
-            self._observe(await self._client.get(ResourceSlice, name))
+            self._observe(self._api.from_wire(await self._client.get(self._api.slice_type, name)))
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
@@ -326,7 +336,7 @@ class KubeSlicePublisher:
 
     async def _delete(self, name: str) -> None:
         try:
-            await self._client.delete(ResourceSlice, name)
+            await self._client.delete(self._api.slice_type, name)
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
@@ -349,11 +359,11 @@ class KubeSlicePublisher:
                         await self._relist()
                     self._check()
                 version, self._listed_version = self._listed_version, None
-                async for kind, item in self._client.watch(
-                    ResourceSlice, fields=self._selector(), resource_version=version
+                async for kind, wire in self._client.watch(
+                    self._api.slice_type, fields=self._selector(), resource_version=version
                 ):
                     delay = BACKOFF_START
-                    self._event(kind, item)
+                    self._event(kind, self._api.from_wire(wire))
                 log.info("ResourceSlice watch for %s ended; listing again", self._node)
             except _API_ERRORS as exc:
                 # 410 Gone (too old a version), a dropped connection, a refusal: list again.
