@@ -103,6 +103,16 @@ def pcie_root(sys_device: Path, sys_root: Path = Path("/sys")) -> str | None:
     return first if first.startswith("pci") else None
 
 
+def pci_function(sys_device: Path) -> str | None:
+    """The PCI function (``0000:3b:00.0``) a sysfs class device belongs to, None when it
+    is not a PCI function's own (a USB serial's ``device`` is its USB interface)."""
+    try:
+        name = (sys_device / "device").resolve(strict=True).name.lower()
+    except OSError:
+        return None
+    return name if _BDF.match(name) else None
+
+
 def pci_attributes(bus_id: str, sys_root: Path = Path("/sys")) -> dict[str, DraAttributeValue]:
     """The standard PCI attributes of a PCI function (``0000:3b:00.0``), as far as known."""
     bdf = bus_id.strip().lower()

@@ -50,6 +50,9 @@ from tests.dra_kube_fixtures import (
 from tests.nvidia_fixtures import RunNvidia, simulated_backend
 
 GENERIC = "generic.accel-plugins.io"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -349,7 +352,7 @@ async def test_v1beta1_slices_as_the_server_converts_them(
     (only,) = await slices(kube, kube_node, GENERIC)
     assert devices_of([only]) == ["unit000", "unit001", "unit002"]
     assert [attrs(d) for d in only.spec.devices or []] == [
-        {"resource": "example.com/serial", "numa": i % 2} for i in range(3)
+        {"resource": "example.com/serial", "numa": i % 2, NUMA_NODE: i % 2} for i in range(3)
     ]
     assert only.spec.pool == ResourcePool(name=kube_node, generation=1, resourceSliceCount=1)
 
@@ -381,3 +384,57 @@ async def test_the_served_version_is_found_and_logged_in_one_line(
         assert (await apis.get()).version == version  # asked once
     (line,) = [r.getMessage() for r in caplog.records if r.name == "accel_plugins.dra.kube.api"]
     assert f"resource.k8s.io/{version}" in line
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        pytest.param(
+            "pci-function",
+            {PCI_BUS_ID: "0000:3a:00.0", PCIE_ROOT: "pci0000:3a", NUMA_NODE: 1},
+            id="accel-on-its-own-pci-function",
+        ),
+        pytest.param(
+            "usb-behind-pci",
+            {PCIE_ROOT: "pci0000:00", NUMA_NODE: 0},
+            id="usb-serial-no-bus-id-of-its-own",
+        ),
+        pytest.param("virtual", {}, id="virtual-none"),
+    ],
+)
+async def test_generic_devices_carry_the_standard_pci_and_numa_attributes(
+    kube: AsyncClient,
+    kube_node: str,
+    node_client: NodeClient,
+    tmp_path: Path,
+    layout: str,
+    expected: dict[str, object],
+) -> None:
+    """The standard names of k8s.io/dynamic-resource-allocation/deviceattribute
+    (attribute.go, numa_linux.go), found from the /dev node through
+    /sys/dev/char/<major>:<minor> as the kernel lays it out, accepted by each API server."""
+    from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+    from accel_plugins.backends.generic.config import parse_config
+    from accel_plugins.testing.host import FakeHost
+
+    host = FakeHost(tmp_path / "host")
+    host.node("/dev/unit0", major=261, minor=0)
+    if layout == "pci-function":
+        function = host.pci_device("0000:3a:00.0", numa_node=1)
+        host.class_device("accel", "accel0", parent=function, dev=(261, 0))
+    elif layout == "usb-behind-pci":
+        usb = host.sys_device("pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0", numa_node=0)
+        host.class_device(
+            "tty", "ttyUSB0", parent=str(usb.relative_to(host.sys / "devices")), dev=(261, 0)
+        )
+    else:
+        host.class_device("misc", "unit0", dev=(261, 0))
+    config = parse_config("devices:\n- name: unit\n  groups:\n  - paths:\n    - path: /dev/unit0\n")
+    backend = GenericBackend(config, GenericSettings(dev_root=host.dev, sys_root=host.sys))
+    pub = publisher(node_client(kube_node), kube_node, describe=backend.dra_device)
+    await synced(pub, backend.scan())
+    (only,) = await slices(kube, kube_node, GENERIC)
+    (device,) = only.spec.devices or []
+    standard = {k: v for k, v in attrs(device).items() if k.startswith("resource.kubernetes.io/")}
+    assert standard == expected
+    await pub.close()

@@ -4,9 +4,10 @@ Every healthy device of every resource becomes one ``resource.k8s.io/v1``
 Device under its :func:`~accel_plugins.dra.model.device_names` name (the
 backend's DraNamer, else a DNS label made from its ID), with
 the backend's attributes (:class:`~accel_plugins.plugin.dra_attributes.DraDescriber`)
-plus two of the framework's: ``resource`` (the device-plugin resource name,
-which is what a DeviceClass per resource selects on) and ``numa`` when the
-device sits on exactly one NUMA node.
+plus the framework's: ``resource`` (the device-plugin resource name, which is
+what a DeviceClass per resource selects on), and ``numa`` with the standard
+``resource.kubernetes.io/numaNode`` when the device sits on exactly one NUMA
+node.
 
 An Unhealthy device is published with a taint where the API server keeps
 device taints (``taint`` given: see taints.py); elsewhere it is left out, which
@@ -52,6 +53,10 @@ MAX_ATTRIBUTES = 32  # attributes and capacities combined, per device
 MAX_STRING = 64  # a string or version attribute's length
 RESOURCE_ATTRIBUTE = "resource"
 NUMA_ATTRIBUTE = "numa"
+# kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/deviceattribute
+# (numa_linux.go): an int, left out for a device with no NUMA affinity. Any API server
+# accepts the name (attribute names are qualified names; none is reserved).
+STANDARD_NUMA_ATTRIBUTE = "resource.kubernetes.io/numaNode"
 
 Describe = Callable[[str, Device], DraDeviceInfo]
 
@@ -87,6 +92,7 @@ def kube_device(
     values: dict[str, DraAttributeValue] = {RESOURCE_ATTRIBUTE: resource}
     if len(device.numa_nodes) == 1:
         values[NUMA_ATTRIBUTE] = device.numa_nodes[0]
+        values[STANDARD_NUMA_ATTRIBUTE] = device.numa_nodes[0]
     values.update(info.attributes)
     dropped = [name for name, value in values.items() if not _fits(name, value)]
     for name in dropped:
