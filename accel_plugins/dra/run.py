@@ -12,7 +12,7 @@ import asyncio
 import importlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from accel_plugins.metrics.collectors import BackendCollector, DeviceCollector, 
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
-from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
+from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
@@ -97,6 +97,16 @@ async def serve_dra(
 
     # Asked once, by whichever side needs it first.
     apis = kube.ApiVersions(client, node=settings.node_name)
+
+    class RunningCounters:
+        """The running backend's DraCounterSets; none otherwise."""
+
+        def dra_counter_sets(self) -> Mapping[str, Mapping[str, int]]:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraCounterSets):
+                return backend.dra_counter_sets()
+            return {}
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -107,6 +117,7 @@ async def serve_dra(
         taints=device_taints,
         keyer=RunningKeyer(),
         api=apis,
+        counters=RunningCounters(),
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
     running = driver

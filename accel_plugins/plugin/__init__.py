@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         ContainerEdits,
     )
     from accel_plugins.plugin.dra_attributes import (
+        DraCounterSets,
         DraDescriber,
         DraDeviceInfo,
         DraVersion,
@@ -92,7 +93,14 @@ _LAZY = {
     },
     **{
         name: "accel_plugins.plugin.dra_attributes"
-        for name in ("DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root")
+        for name in (
+            "DraCounterSets",
+            "DraDescriber",
+            "DraDeviceInfo",
+            "DraVersion",
+            "pci_attributes",
+            "pcie_root",
+        )
     },
     "DraNamer": "accel_plugins.plugin.dra_names",
     "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
@@ -122,6 +130,7 @@ __all__ = [
     "Device",
     "DeviceNode",
     "DeviceTree",
+    "DraCounterSets",
     "DraDescriber",
     "DraDeviceInfo",
     "DraNamer",

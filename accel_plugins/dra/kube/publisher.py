@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import Status
+from lightkube.models.resource_v1 import CounterSet
 from lightkube.models.resource_v1 import Device as KubeDevice
 from lightkube.operators import BinaryOperator, SequenceOperator
 from lightkube.resources.core_v1 import Node
@@ -45,12 +46,14 @@ from accel_plugins.dra.kube.slices import (
     PoolIdentity,
     build_slices,
     carry_taint_times,
+    counter_sets,
     pool_devices,
     probe_slice,
     same_slice,
 )
 from accel_plugins.dra.kube.taints import TaintMode, taint_maker
 from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.dra_attributes import DraCounterSets
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
@@ -72,7 +75,8 @@ class KubeSlicePublisher:
     device's attributes (the backend's DraDescriber), ``namer`` its DRA name
     (the backend's DraNamer, through ``device_names``), ``keyer`` the key of
     an Unhealthy device's taint (the backend's DraTaintKeyer) where ``taints``
-    (``--dra-device-taints``) has them written. ``api`` is the resource.k8s.io
+    (``--dra-device-taints``) has them written, ``counters`` the pool's shared
+    counters (the backend's DraCounterSets). ``api`` is the resource.k8s.io
     version to write, or the :class:`ApiVersions` that asks the API server
     (default: a new one). ``sleep`` is the backoff's clock (tests pass a fake one).
     """
@@ -90,6 +94,7 @@ class KubeSlicePublisher:
         taints: TaintMode | str = TaintMode.AUTO,
         keyer: DraTaintKeyer | None = None,
         api: ResourceApi | ApiVersions | None = None,
+        counters: DraCounterSets | None = None,
     ) -> None:
         self._client = client
         self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api, node=node)
@@ -106,6 +111,9 @@ class KubeSlicePublisher:
         self._taint_mode = TaintMode(taints)
         self._taints: bool | None = None
         self._taint = taint_maker(driver, keyer)
+        self._counters = counters
+        self._counters_kept = True  # until the API server drops them
+        self._wanted_sets: list[CounterSet] = []
         self._observed: dict[str, ResourceSlice] = {}
         self._listed_version: str | None = None
         self._generation = 0
@@ -187,13 +195,20 @@ class KubeSlicePublisher:
         return True
 
     def _pool(self, tree: DeviceTree) -> list[KubeDevice]:
+        """The devices to publish; sets the counter sets to publish beside them."""
         taint = self._taint if self._taints else None
-        return pool_devices(tree, self._describe, self._namer, taint)
+        devices = pool_devices(tree, self._describe, self._namer, taint)
+        if self._counters is not None and self._counters_kept:
+            self._wanted_sets = counter_sets(self._counters.dra_counter_sets())
+            return devices
+        # No counters to share: a device that would use them could be handed out twice.
+        self._wanted_sets = []
+        return [d for d in devices if not d.consumesCounters]
 
     def _desired(self, generation: int) -> list[ResourceSlice]:
         assert self._identity is not None
         assert self._wanted is not None
-        return build_slices(self._identity, self._wanted, generation)
+        return build_slices(self._identity, self._wanted, generation, self._wanted_sets)
 
     def _matches(self) -> bool:
         """Whether the observed slices are exactly the wanted pool, whole, at one generation."""
@@ -276,6 +291,18 @@ class KubeSlicePublisher:
             self._taints = False
             self._wanted = None
 
+    def _counters_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
+        """The API server dropped the shared counters (its DRAPartitionableDevices gate is off)."""
+        used = [d.name for d in sent.spec.devices or [] if d.consumesCounters]
+        kept = [d.name for d in written.spec.devices or [] if d.consumesCounters]
+        if (sent.spec.sharedCounters and not written.spec.sharedCounters) or (used and not kept):
+            log.error(
+                "shared counters: the API server drops them (feature gate "
+                "DRAPartitionableDevices off?); devices that use them are left out"
+            )
+            self._counters_kept = False
+            self._wanted = None
+
     async def _relist(self) -> None:
         """Replace what we believe the API server holds with a fresh list of it."""
         listing = self._client.list(self._api.slice_type, fields=self._selector())
@@ -323,6 +350,7 @@ class KubeSlicePublisher:
             held = self._api.from_wire(written)
             self._observe(held)
             self._taints_dropped(desired, held)
+            self._counters_dropped(desired, held)
             return
         raise ApiError(status=Status(code=409, message=f"ResourceSlice {name}: conflict"))
 

@@ -9,6 +9,11 @@ what a DeviceClass per resource selects on), and ``numa`` with the standard
 ``resource.kubernetes.io/numaNode`` when the device sits on exactly one NUMA
 node.
 
+Shared counters (partitionable devices, KEP-4815) follow the 1.35 rules: a
+slice holds devices or counter sets, never both (``sharedCounters`` in slices
+of their own, at most 8 sets each, after the device slices of the same pool),
+and a slice with a device that consumes counters holds at most 64 devices.
+
 An Unhealthy device is published with a taint where the API server keeps
 device taints (``taint`` given: see taints.py); elsewhere it is left out, which
 every scheduler version understands, and comes back when healthy. A slice with
@@ -18,21 +23,24 @@ a tainted device holds at most 64 devices, others 128.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.models.resource_v1 import (
-    Device as KubeDevice,
-)
-from lightkube.models.resource_v1 import (
+    Counter,
+    CounterSet,
     DeviceAttribute,
     DeviceCapacity,
+    DeviceCounterConsumption,
     DeviceTaint,
     ResourcePool,
     ResourceSliceSpec,
+)
+from lightkube.models.resource_v1 import (
+    Device as KubeDevice,
 )
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.utils.quantity import parse_quantity
@@ -49,6 +57,7 @@ MAX_DEVICES_PER_SLICE = 128  # resource.k8s.io/v1 ResourceSliceSpec.devices
 # ...when any device in the slice has taints or consumes counters
 # (ResourceSliceMaxDevicesWithTaintsOrConsumesCounters, pkg/apis/resource/types.go).
 MAX_TAINTED_DEVICES_PER_SLICE = 64
+MAX_COUNTER_SETS_PER_SLICE = 8  # ResourceSliceMaxCounterSets
 MAX_ATTRIBUTES = 32  # attributes and capacities combined, per device
 MAX_STRING = 64  # a string or version attribute's length
 RESOURCE_ATTRIBUTE = "resource"
@@ -108,6 +117,13 @@ def kube_device(
         attributes={name: _attribute(value) for name, value in values.items()},
         capacity={name: DeviceCapacity(value=str(q)) for name, q in info.capacity.items()} or None,
         taints=[taint(resource, device)] if taint is not None and not device.healthy else None,
+        consumesCounters=[
+            DeviceCounterConsumption(
+                counterSet=name, counters={c: Counter(value=str(v)) for c, v in used.items()}
+            )
+            for name, used in info.consumes.items()
+        ]
+        or None,
     )
 
 
@@ -178,11 +194,29 @@ def chunks(devices: list[KubeDevice]) -> list[list[KubeDevice]]:
     return parts
 
 
+def counter_sets(declared: Mapping[str, Mapping[str, int]]) -> list[CounterSet]:
+    """A backend's shared counters (DraCounterSets) in name order."""
+    return [
+        CounterSet(name=name, counters={c: Counter(value=str(v)) for c, v in sorted(sets.items())})
+        for name, sets in sorted(declared.items())
+    ]
+
+
 def build_slices(
-    identity: PoolIdentity, devices: list[KubeDevice], generation: int
+    identity: PoolIdentity,
+    devices: list[KubeDevice],
+    generation: int,
+    shared: Sequence[CounterSet] = (),
 ) -> list[ResourceSlice]:
-    """The pool at ``generation``: ``<node>-<driver>-<n>`` for n = 0..count-1."""
-    parts = chunks(devices)
+    """The pool at ``generation``: ``<node>-<driver>-<n>`` for n = 0..count-1, the
+    device slices first, then the counter sets' own slices."""
+    parts: list[tuple[list[KubeDevice] | None, list[CounterSet] | None]] = [
+        (part, None) for part in chunks(devices)
+    ]
+    parts += [
+        (None, list(shared[i : i + MAX_COUNTER_SETS_PER_SLICE]))
+        for i in range(0, len(shared), MAX_COUNTER_SETS_PER_SLICE)
+    ]
     return [
         ResourceSlice(
             metadata=ObjectMeta(name=identity.slice_name(i), ownerReferences=[identity.owner()]),
@@ -193,23 +227,38 @@ def build_slices(
                     name=identity.node, generation=generation, resourceSliceCount=len(parts)
                 ),
                 devices=part,
+                sharedCounters=sets,
             ),
         )
-        for i, part in enumerate(parts)
+        for i, (part, sets) in enumerate(parts)
     ]
+
+
+def _quantities(values: Mapping[str, Any] | None) -> dict[str, Decimal | None]:
+    # The API server rewrites quantities canonically ("85899345920" -> "80Gi").
+    return {name: parse_quantity(entry.get("value")) for name, entry in (values or {}).items()}
 
 
 def _normal(device: dict[str, Any]) -> dict[str, Any]:
-    # The API server rewrites quantities canonically ("85899345920" -> "80Gi")
-    # and stamps each taint's timeAdded.
-    capacity: dict[str, Decimal | None] = {
-        name: parse_quantity(entry.get("value"))
-        for name, entry in (device.get("capacity") or {}).items()
-    }
+    # Quantities by value; each taint's timeAdded is stamped by the API server.
     taints = [
         {k: v for k, v in taint.items() if k != "timeAdded"} for taint in device.get("taints") or []
     ]
-    return {**device, "capacity": capacity, "taints": taints}
+    consumes = [
+        {**used, "counters": _quantities(used.get("counters"))}
+        for used in device.get("consumesCounters") or []
+    ]
+    return {
+        **device,
+        "capacity": _quantities(device.get("capacity")),
+        "taints": taints,
+        "consumesCounters": consumes,
+    }
+
+
+def _normal_sets(sets: Iterable[CounterSet] | None) -> list[dict[str, Any]]:
+    plain = [s.to_dict() for s in sets or []]
+    return [{"name": s["name"], "counters": _quantities(s.get("counters"))} for s in plain]
 
 
 def same_devices(first: Iterable[KubeDevice], second: Iterable[KubeDevice]) -> bool:
@@ -261,4 +310,5 @@ def same_slice(held: ResourceSlice, desired: ResourceSlice) -> bool:
         and held.spec.pool == desired.spec.pool
         and held.spec.nodeName == desired.spec.nodeName
         and same_devices(held.spec.devices or [], desired.spec.devices or [])
+        and _normal_sets(held.spec.sharedCounters) == _normal_sets(desired.spec.sharedCounters)
     )
