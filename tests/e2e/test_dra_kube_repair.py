@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
-from lightkube import AsyncClient
+import httpx2
+from lightkube import ApiError, AsyncClient
+from lightkube.models.meta_v1 import Status
 from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry
 
@@ -231,4 +233,72 @@ async def test_a_replace_that_finds_the_slice_gone_creates_it_without_resource_v
     (only,) = await slices(kube, kube_node, DRIVER)
     assert devices_of([only]) == [f"unit{i:03d}" for i in range(4)]
     assert only.spec.pool.generation == 2
+    await pub.close()
+
+
+class BrokenWatches:
+    """The client whose first ``failures`` watches fail as the API server fails them."""
+
+    def __init__(self, client: AsyncClient, failures: list[Exception]) -> None:
+        self._client = client
+        self.failures = failures
+        self.watches = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def watch(self, *args: Any, **kwargs: Any) -> AsyncIterable[tuple[str, Any]]:
+        self.watches += 1
+        if self.failures:
+            return self._fail(self.failures.pop(0))
+        return self._client.watch(*args, **kwargs)
+
+    async def _fail(self, error: Exception) -> AsyncIterator[tuple[str, ResourceSlice]]:
+        raise error
+        yield  # an async generator
+
+
+def _gone() -> Exception:
+    return ApiError(status=Status(code=410, message="too old resource version"))
+
+
+@pytest.mark.parametrize(
+    ("failures", "delays"),
+    [
+        pytest.param([_gone], [1.0], id="410-expired"),
+        pytest.param(
+            [lambda: httpx2.RemoteProtocolError("peer closed connection")] * 3,
+            [1.0, 2.0, 4.0],
+            id="disconnects-back-off",
+        ),
+    ],
+)
+async def test_a_failed_watch_is_restarted_from_a_fresh_list_and_still_repairs(
+    kube: AsyncClient,
+    kube_node: str,
+    node_client: NodeClient,
+    failures: list[Callable[[], Exception]],
+    delays: list[float],
+) -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await asyncio.sleep(0)
+
+    client = BrokenWatches(node_client(kube_node), [make() for make in failures])
+    pub = KubeSlicePublisher(
+        client,  # type: ignore[arg-type]
+        driver=DRIVER,
+        node=kube_node,
+        registry=CollectorRegistry(),
+        sleep=sleep,
+    )
+    await pub.publish(units(3))
+    await pub.wait_in_sync()
+    before = pub.generation
+    await _delete_one(kube, kube_node)
+    await until(kube, kube_node, whole(1, 3, after=before))
+    assert client.watches == len(failures) + 1
+    assert slept == delays
     await pub.close()
