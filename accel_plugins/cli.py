@@ -62,6 +62,8 @@ TOPOLOGY_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 # accel_plugins.dra.driver's (that package imports grpc).
 KUBELET_APIS = ("device-plugin", "dra")
+# accel_plugins.dra.kube.taints.TaintMode (that package imports lightkube).
+DRA_DEVICE_TAINTS = ("auto", "on", "off")
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
@@ -86,6 +88,7 @@ COMMON_DESTS = frozenset(
         "dra_driver_name",
         "kubelet_plugins_dir",
         "dra_cdi_spec_dir",
+        "dra_device_taints",
     }
 )
 
@@ -308,6 +311,15 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         default=DEFAULT_CDI_SPEC_DIR,
         metavar="DIR",
         help="--kubelet-api dra: where each prepared claim's CDI spec is written",
+    )
+    add_flag(
+        parser,
+        "--dra-device-taints",
+        default="auto",
+        choices=DRA_DEVICE_TAINTS,
+        help="--kubelet-api dra: publish Unhealthy devices with a NoSchedule device taint "
+        "(on), leave them out of the ResourceSlices (off), or taint where the API server "
+        "keeps device taints, i.e. its DRADeviceTaints feature gate is on (auto)",
     )
 
 
@@ -725,7 +737,14 @@ def _run_backend(name: str, command: BackendCommand, args: argparse.Namespace) -
         gc.enable()  # off since the console script started (accel_plugins.launch)
 
         return asyncio.run(
-            serve_dra(factory, dra, args.kubeconfig or None, metrics_address, config_files)
+            serve_dra(
+                factory,
+                dra,
+                args.kubeconfig or None,
+                metrics_address,
+                config_files,
+                device_taints=args.dra_device_taints,
+            )
         )
     settings = ManagerSettings(
         plugin_dir=args.plugin_dir,

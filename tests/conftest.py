@@ -3,7 +3,14 @@
 Add a line per fixture module; do not remove other areas' lines.
 """
 
-from tests.dra_kube_fixtures import kube, kube_apiserver, kube_namespace, kube_node, node_client
+from tests.dra_kube_fixtures import (
+    apiservers,
+    kube,
+    kube_apiserver,
+    kube_namespace,
+    kube_node,
+    node_client,
+)
 from tests.dra_plugin_fixtures import dra_root, start_driver
 from tests.framework_fixtures import logs, plugin_dir, serve_plugin, start_manager
 from tests.generic_fixtures import fake_host, run_backend, umockdev_harness, write_config
@@ -17,6 +24,7 @@ from tests.plugin_watcher_fixtures import (
 )
 
 __all__ = [
+    "apiservers",
     "dra_root",
     "fake_host",
     "fake_nvml",

@@ -2,6 +2,14 @@
 
 - ``kube_apiserver``: etcd and kube-apiserver for the whole session (they take
   seconds and hundreds of MB to start), so tests work on their own node names.
+- ``apiservers``: ``apiservers(kind)`` is the session's API server of that
+  :class:`ServerKind` (another version, other feature gates), started on first
+  use; a test module overrides ``kube_apiserver`` with one to run its tests there.
+- ``every_dra_version``: imported into a test module, it overrides
+  ``kube_apiserver`` so that each test there runs against 1.34 (resource.k8s.io
+  v1), 1.33 (v1beta2, v1beta1) and 1.36 (v1); a binary missing from the assets
+  skips its cases with that reason. :func:`served` says which version a client's
+  server speaks, :func:`resource_types` gives lightkube's types of it.
 - ``kube``: an admin lightkube AsyncClient on the session's API server.
 - ``kube_node``: a Node object of a name no other test uses (one the API
   server has a kubelet token for), its slices and itself deleted at teardown.
@@ -15,8 +23,12 @@ Skipped, with the reason, when ``KUBEBUILDER_ASSETS`` is unset or lightkube
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,6 +37,8 @@ from tests.envtest import NODES, ApiServer, EnvtestUnavailable, api_server, asse
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
+
+    from accel_plugins.dra.kube.api import ResourceApi
 
 
 _names: Iterator[str] = iter(NODES)
@@ -36,14 +50,80 @@ def _lightkube() -> None:
     pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
 
+@dataclass(frozen=True)
+class ServerKind:
+    """An API server binary of the assets and the flags it needs to serve DRA."""
+
+    name: str  # the test ID
+    binary: str = "kube-apiserver"
+    feature_gates: Mapping[str, bool] = field(default_factory=dict, hash=False)
+    runtime_config: Mapping[str, bool] = field(default_factory=dict, hash=False)
+
+
+V1_34 = ServerKind("v1.34")
+# DRADeviceTaints is alpha (off by default) in 1.34: the slice field is kept only with it.
+V1_34_TAINTS = ServerKind("v1.34+DRADeviceTaints", feature_gates={"DRADeviceTaints": True})
+# ../shared/k8s/README.md: 1.33 serves DRA (v1beta2 preferred, v1beta1) only with these.
+V1_33 = ServerKind(
+    "v1.33",
+    "kube-apiserver-v1.33",
+    feature_gates={"DynamicResourceAllocation": True},
+    runtime_config={"resource.k8s.io/v1beta1": True, "resource.k8s.io/v1beta2": True},
+)
+V1_36 = ServerKind("v1.36", "kube-apiserver-v1.36")
+DRA_VERSIONS = (V1_34, V1_33, V1_36)
+ServerOf = Callable[[ServerKind], ApiServer]
+
+
 @pytest.fixture(scope="session")
-def kube_apiserver() -> Iterator[ApiServer]:
-    try:
-        assets()
-    except EnvtestUnavailable as exc:
-        pytest.skip(f"no real API server: {exc}")
-    with api_server() as started:
-        yield started
+def apiservers() -> Iterator[ServerOf]:
+    started: dict[str, ApiServer] = {}
+    with contextlib.ExitStack() as stack:
+
+        def server(kind: ServerKind) -> ApiServer:
+            if kind.name not in started:
+                try:
+                    assets()
+                    started[kind.name] = stack.enter_context(
+                        api_server(
+                            kind.binary,
+                            feature_gates=kind.feature_gates,
+                            runtime_config=kind.runtime_config,
+                            scheduler=kind == V1_34,
+                        )
+                    )
+                except EnvtestUnavailable as exc:
+                    pytest.skip(f"no real API server {kind.name}: {exc}")
+            return started[kind.name]
+
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver(apiservers: ServerOf) -> ApiServer:
+    return apiservers(V1_34)
+
+
+@pytest.fixture(name="kube_apiserver", params=[pytest.param(k, id=k.name) for k in DRA_VERSIONS])
+def every_dra_version(request: pytest.FixtureRequest, apiservers: ServerOf) -> ApiServer:
+    return apiservers(request.param)
+
+
+_served: weakref.WeakKeyDictionary[AsyncClient, ResourceApi] = weakref.WeakKeyDictionary()
+
+
+async def served(kube: AsyncClient) -> ResourceApi:
+    """The resource.k8s.io version the client's API server serves (newest), asked once."""
+    from accel_plugins.dra.kube.api import ApiVersions
+
+    if kube not in _served:
+        _served[kube] = await ApiVersions(kube).get()
+    return _served[kube]
+
+
+def resource_types(api: ResourceApi) -> ModuleType:
+    """lightkube.resources.resource_<version>: DeviceClass, ResourceClaim, ... of ``api``."""
+    return importlib.import_module(f"lightkube.resources.resource_{api.version}")
 
 
 @pytest.fixture
@@ -78,12 +158,11 @@ async def node_client(kube_apiserver: ApiServer) -> AsyncIterator[NodeClient]:
 
 
 async def delete_slices(kube: AsyncClient, node: str) -> None:
-    from lightkube.resources.resource_v1 import ResourceSlice
-
-    async for item in kube.list(ResourceSlice, fields={"spec.nodeName": node}):
+    api = await served(kube)
+    async for item in kube.list(api.slice_type, fields={"spec.nodeName": node}):
         assert item.metadata is not None
         assert item.metadata.name is not None
-        await kube.delete(ResourceSlice, item.metadata.name)
+        await kube.delete(api.slice_type, item.metadata.name)
 
 
 @pytest.fixture

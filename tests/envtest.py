@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
-NODES = tuple(f"node-{i}" for i in range(64))
+NODES = tuple(f"node-{i}" for i in range(256))
 ADMIN_TOKEN = "admin-token"
 READY_TIMEOUT = 60.0
 
@@ -193,9 +193,27 @@ def _start_scheduler(binaries: Path, server: ApiServer) -> subprocess.Popen[byte
 
 
 @contextlib.contextmanager
-def api_server() -> Iterator[ApiServer]:
-    """Start etcd and kube-apiserver in a temp dir; stop both (by PID) and remove it."""
+def api_server(
+    binary: str = "kube-apiserver",
+    *,
+    feature_gates: Mapping[str, bool] | None = None,
+    runtime_config: Mapping[str, bool] | None = None,
+    scheduler: bool = True,
+) -> Iterator[ApiServer]:
+    """Start etcd and kube-apiserver in a temp dir; stop both (by PID) and remove it.
+
+    ``binary`` names another API server in the assets (``kube-apiserver-v1.33``);
+    ``feature_gates`` and ``runtime_config`` become its flags of those names; a
+    kube-scheduler (where present) runs unless ``scheduler`` is False.
+    """
     binaries = assets()
+    if not os.access(binaries / binary, os.X_OK):
+        raise EnvtestUnavailable(f"{ASSETS_ENV}={binaries} has no executable {binary}")
+    extra = [
+        f"--{flag}={','.join(f'{k}={str(v).lower()}' for k, v in sorted(values.items()))}"
+        for flag, values in (("feature-gates", feature_gates), ("runtime-config", runtime_config))
+        if values
+    ]
     workdir = Path(tempfile.mkdtemp(prefix="envtest-"))
     etcd_port, peer_port, metrics_port, api_port = _free_ports(4)
     processes: list[subprocess.Popen[bytes]] = []
@@ -240,7 +258,7 @@ def api_server() -> Iterator[ApiServer]:
         api_log = api_log_path.open("wb")
         api = subprocess.Popen(
             [
-                str(binaries / "kube-apiserver"),
+                str(binaries / binary),
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
@@ -254,6 +272,7 @@ def api_server() -> Iterator[ApiServer]:
                 "--enable-admission-plugins=NodeRestriction",
                 "--service-cluster-ip-range=10.96.0.0/24",
                 "--endpoint-reconciler-type=none",
+                *extra,
             ],
             stdout=api_log,
             stderr=subprocess.STDOUT,
@@ -262,7 +281,7 @@ def api_server() -> Iterator[ApiServer]:
         url = f"https://127.0.0.1:{api_port}"
         _wait_ready(url, ADMIN_TOKEN, api, api_log_path, "kube-apiserver")
         server = ApiServer(url, ADMIN_TOKEN, node_tokens, workdir)
-        if scheduler_missing(binaries) is None:
+        if scheduler and scheduler_missing(binaries) is None:
             processes.append(_start_scheduler(binaries, server))
             server = replace(server, scheduler=True)
         yield server

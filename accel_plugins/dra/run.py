@@ -12,7 +12,7 @@ import asyncio
 import importlib
 import logging
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,9 @@ from accel_plugins.metrics.collectors import (
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
-from accel_plugins.plugin.dra_attributes import DraDescriber, DraDeviceInfo
+from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ async def serve_dra(
     kubeconfig: str | None,
     metrics_address: tuple[str, int] | None = None,
     config_files: Sequence[Path] = (),
+    *,
+    device_taints: str = "auto",
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -65,6 +68,7 @@ async def serve_dra(
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
+    ``device_taints`` is ``--dra-device-taints`` (auto, on, off).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -88,6 +92,27 @@ async def serve_dra(
                 return backend.dra_device_name(resource, device)
             return dra_device_name(device.id)
 
+    class RunningKeyer:
+        """The running backend's DraTaintKeyer; the default key otherwise."""
+
+        def dra_taint_key(self, resource: str, device: Device) -> str | None:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraTaintKeyer):
+                return backend.dra_taint_key(resource, device)
+            return None
+
+    # Asked once, by whichever side needs it first.
+    apis = kube.ApiVersions(client, node=settings.node_name)
+
+    class RunningCounters:
+        """The running backend's DraCounterSets; none otherwise."""
+
+        def dra_counter_sets(self) -> Mapping[str, Mapping[str, int]]:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraCounterSets):
+                return backend.dra_counter_sets()
+            return {}
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -95,8 +120,12 @@ async def serve_dra(
         describe=describe,
         namer=RunningNamer(),
         registry=registry,
+        taints=device_taints,
+        keyer=RunningKeyer(),
+        api=apis,
+        counters=RunningCounters(),
     )
-    driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
+    driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(HealthReasonCollector(lambda: running.tree))

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         ContainerEdits,
     )
     from accel_plugins.plugin.dra_attributes import (
+        DraCounterSets,
         DraDescriber,
         DraDeviceInfo,
         DraVersion,
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         pcie_root,
     )
     from accel_plugins.plugin.dra_names import DraNamer
+    from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 # The CDI writer (with tempfile behind it) and the DRA description load on first
 # use: most plugins use neither, and every plugin process imports this package
@@ -91,9 +93,17 @@ _LAZY = {
     },
     **{
         name: "accel_plugins.plugin.dra_attributes"
-        for name in ("DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root")
+        for name in (
+            "DraCounterSets",
+            "DraDescriber",
+            "DraDeviceInfo",
+            "DraVersion",
+            "pci_attributes",
+            "pcie_root",
+        )
     },
     "DraNamer": "accel_plugins.plugin.dra_names",
+    "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
 }
 
 
@@ -120,9 +130,11 @@ __all__ = [
     "Device",
     "DeviceNode",
     "DeviceTree",
+    "DraCounterSets",
     "DraDescriber",
     "DraDeviceInfo",
     "DraNamer",
+    "DraTaintKeyer",
     "DraVersion",
     "Health",
     "HealthReason",

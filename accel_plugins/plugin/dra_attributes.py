@@ -62,10 +62,16 @@ class DraDeviceInfo:
 
     attributes: Mapping[str, DraAttributeValue] = field(default_factory=dict, hash=False)
     capacity: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # Shared counters this device uses while allocated: counter set -> counter -> amount
+    # (the pool's sets come from DraCounterSets). At most 2 sets per device.
+    consumes: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", _frozen(self.attributes))
         object.__setattr__(self, "capacity", _frozen(self.capacity))
+        object.__setattr__(
+            self, "consumes", _frozen({k: _frozen(v) for k, v in self.consumes.items()})
+        )
 
 
 @runtime_checkable
@@ -78,6 +84,19 @@ class DraDescriber(Protocol):
     """
 
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo: ...
+
+
+@runtime_checkable
+class DraCounterSets(Protocol):
+    """Backend capability: the shared counters of the node's pool (partitionable devices).
+
+    Counter set name (a DNS label, e.g. one per physical card) -> counter name
+    -> its total (e.g. memory slices). Devices that share hardware say what they
+    use of it in :attr:`DraDeviceInfo.consumes`, and the scheduler never hands
+    out more than a set holds. Called with every published tree, on the event loop.
+    """
+
+    def dra_counter_sets(self) -> Mapping[str, Mapping[str, int]]: ...
 
 
 # The attributes Kubernetes itself defines (k8s.io/dynamic-resource-allocation/deviceattribute):
@@ -101,6 +120,16 @@ def pcie_root(sys_device: Path, sys_root: Path = Path("/sys")) -> str | None:
         return None
     first = inside.parts[0] if inside.parts else ""
     return first if first.startswith("pci") else None
+
+
+def pci_function(sys_device: Path) -> str | None:
+    """The PCI function (``0000:3b:00.0``) a sysfs class device belongs to, None when it
+    is not a PCI function's own (a USB serial's ``device`` is its USB interface)."""
+    try:
+        name = (sys_device / "device").resolve(strict=True).name.lower()
+    except OSError:
+        return None
+    return name if _BDF.match(name) else None
 
 
 def pci_attributes(bus_id: str, sys_root: Path = Path("/sys")) -> dict[str, DraAttributeValue]:

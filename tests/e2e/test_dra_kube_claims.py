@@ -3,12 +3,15 @@
 No kube-scheduler runs here, so each test writes ``status.allocation`` itself
 (the status subresource, as the scheduler does) with results for our driver,
 another driver and another node's pool; the source must keep only ours.
+Each test runs against every DRA version (1.34, 1.33, 1.36), the claims
+written in the version the server serves; the last one prepares a claim.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -18,11 +21,26 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 from lightkube import AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
+from accel_plugins.dra import claim_cdi
+from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.kube import KubeClaimSource
-from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, dra_device_name
+from accel_plugins.dra.model import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    device_names,
+    dra_device_name,
+)
+from accel_plugins.dra.prepare import Inventory, Preparer
+from accel_plugins.plugin.device import Device, DeviceNode, tree
+from tests.cdi_fixtures import assert_valid_spec_file
+from tests.dra_kube_fixtures import (
+    every_dra_version,  # noqa: F401 (the API server of each DRA version)
+    resource_types,
+    served,
+)
 
 DRIVER = "gpu.nvidia.com"
 POOL = "node-under-test"
@@ -41,29 +59,26 @@ async def namespace(kube: AsyncClient) -> AsyncIterator[str]:
 @pytest.fixture
 async def gpu_class(kube: AsyncClient) -> AsyncIterator[str]:
     name = "claims-test-gpu.example.com"  # not gpu.nvidia.com: other tests may create that
+    device_class = resource_types(await served(kube)).DeviceClass
     await kube.create(
-        cast(
-            DeviceClass,
-            DeviceClass.from_dict(
-                {
-                    "metadata": {"name": name},
-                    "spec": {
-                        "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
-                    },
-                }
-            ),
+        device_class.from_dict(
+            {
+                "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            }
         )
     )
     yield name
-    await kube.delete(DeviceClass, name)
+    await kube.delete(device_class, name)
 
 
 async def make_claim(kube: AsyncClient, namespace: str, device_class: str) -> ClaimRef:
     name = next(_claims)
+    claim_type = resource_types(await served(kube)).ResourceClaim
     created = await kube.create(
         cast(
-            ResourceClaim,
-            ResourceClaim.from_dict(
+            Any,
+            claim_type.from_dict(
                 {
                     "metadata": {"name": name, "namespace": namespace},
                     "spec": {
@@ -102,7 +117,7 @@ async def allocate(kube: AsyncClient, claim: ClaimRef, results: list[dict[str, A
         }
     }
     await kube.patch(
-        ResourceClaimStatus,
+        resource_types(await served(kube)).ResourceClaimStatus,
         claim.name,
         status,
         namespace=claim.namespace,
@@ -155,3 +170,32 @@ async def test_claims_that_cannot_be_prepared(
         claim = ClaimRef(uid=claim.uid, namespace=namespace, name="no-such-claim")
     with pytest.raises(ClaimError, match=message):
         await KubeClaimSource(kube).resolve(claim, DRIVER, POOL)
+
+
+async def test_a_claim_is_prepared_from_what_the_api_server_allocated(
+    kube: AsyncClient, namespace: str, gpu_class: str, tmp_path: Path
+) -> None:
+    """NodePrepareResources' core (the Preparer) with the real claim source: the allocation
+    read in the served version becomes the claim's CDI spec; another driver's result is not
+    ours to prepare."""
+    devices = tree({"nvidia.com/gpu": [Device(GPU, nodes=(DeviceNode("/dev/nvidia0"),))]})
+    inventory = Inventory(device_names(devices))
+    preparer = Preparer(
+        driver=DRIVER,
+        pool=POOL,
+        claims=KubeClaimSource(kube),
+        cdi_dir=tmp_path / "cdi",
+        checkpoint=Checkpoint(tmp_path / "checkpoint.json", DRIVER),
+        inventory=lambda: inventory,
+    )
+    claim = await make_claim(kube, namespace, gpu_class)
+    await allocate(
+        kube, claim, [result("gpu", GPU), result("nic", "eth0", driver="nic.example.com")]
+    )
+    prepared = (await preparer.prepare([claim]))[claim.uid]
+    assert isinstance(prepared, PreparedClaim)
+    assert [(d.requests, d.device) for d in prepared.devices] == [(("gpu",), GPU)]
+    spec = assert_valid_spec_file(tmp_path / "cdi" / claim_cdi.spec_file_name(DRIVER, claim.uid))
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0", "permissions": "rw"}
+    ]

@@ -1,12 +1,16 @@
-"""KubeSlicePublisher against a real kube-apiserver (v1.34, resource.k8s.io/v1).
+"""KubeSlicePublisher against a real kube-apiserver of each DRA version.
 
-The API server validates every slice we write (names, the 128-device limit,
-attribute types and lengths, the owner), so these tests also check that what
-the slice builder makes is valid ResourceSlice content.
+1.34 and 1.36 (resource.k8s.io/v1), 1.33 (v1beta2, with v1beta1 beside it):
+the publisher asks which one is served and writes in it. The API server
+validates every slice we write (names, the 128-device limit, attribute types
+and lengths, the owner), so these tests also check that what the slice
+builder makes is valid ResourceSlice content in each version.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,16 +21,10 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.models.resource_v1 import (
-    CELDeviceSelector,
-    DeviceClassSpec,
-    DeviceSelector,
-    ResourcePool,
-    ResourceSliceSpec,
-)
 from lightkube.models.resource_v1 import Device as KubeDevice
+from lightkube.models.resource_v1 import ResourcePool, ResourceSliceSpec
 from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
+from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry
 
 from accel_plugins.backends.nvidia.dra_attributes import DRIVER_NAME, cuda_version
@@ -36,13 +34,25 @@ from accel_plugins.backends.nvidia.simulate import (
     SIMULATED_DRIVER_VERSION,
 )
 from accel_plugins.dra.kube import KubeSlicePublisher
+from accel_plugins.dra.kube.api import V1BETA1, ApiVersions
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.plugin.device import Device, DeviceTree, Health, tree
 from accel_plugins.plugin.dra_attributes import DraVersion
-from tests.dra_kube_fixtures import NodeClient
+from tests.dra_kube_fixtures import (
+    V1_33,
+    V1_34,
+    V1_36,
+    NodeClient,
+    every_dra_version,  # noqa: F401 (the API server of each DRA version)
+    resource_types,
+    served,
+)
 from tests.nvidia_fixtures import RunNvidia, simulated_backend
 
 GENERIC = "generic.accel-plugins.io"
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -50,12 +60,15 @@ async def slices(kube: AsyncClient, node: str, driver: str) -> list[ResourceSlic
     """The node's slices of ``driver``, ``<node>-<driver>-0`` upwards, each read by GET.
 
     GETs, not a list: a list may be served from the watch cache a moment
-    behind the write just made, a GET is a quorum read.
+    behind the write just made, a GET is a quorum read. Read in the version the
+    server serves, in v1's shape.
     """
+    api = await served(kube)
     found: list[ResourceSlice] = []
     while True:
         try:
-            found.append(await kube.get(ResourceSlice, f"{node}-{driver}-{len(found)}"))
+            name = f"{node}-{driver}-{len(found)}"
+            found.append(api.from_wire(await kube.get(api.slice_type, name)))
         except ApiError as exc:
             if exc.status.code == 404:
                 return found
@@ -175,16 +188,14 @@ async def test_device_class_with_cel_on_our_attributes_is_accepted(
 ) -> None:
     """The API server compiles a DeviceClass's CEL at create time (type errors refused)."""
     name = f"sel-{abs(hash(selector)) % 10**8}.example.com"
+    device_class = resource_types(await served(kube)).DeviceClass
     created = await kube.create(
-        DeviceClass(
-            metadata=ObjectMeta(name=name),
-            spec=DeviceClassSpec(
-                selectors=[DeviceSelector(cel=CELDeviceSelector(expression=selector))]
-            ),
+        device_class.from_dict(
+            {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": selector}}]}}
         )
     )
     assert created.metadata is not None
-    await kube.delete(DeviceClass, name)
+    await kube.delete(device_class, name)
 
 
 async def test_200_generic_devices_make_two_slices(
@@ -220,7 +231,8 @@ async def test_generation_bumps_on_every_change_only(
     generation: int,
     published: int,
 ) -> None:
-    pub = publisher(node_client(kube_node), kube_node)
+    # Taints off: 1.36 keeps them (beta), so "auto" would publish the Unhealthy one tainted.
+    pub = publisher(node_client(kube_node), kube_node, taints="off")
     await synced(pub, units(3))
     await synced(pub, change())
     (only,) = await slices(kube, kube_node, GENERIC)
@@ -262,7 +274,7 @@ async def test_node_cannot_write_another_nodes_slices(
         ),
     )
     with pytest.raises(ApiError) as refused:
-        await client.create(foreign)
+        await client.create((await served(kube)).to_wire(foreign))
     assert refused.value.status.code == 403
 
     # The publisher run with the wrong identity fails, counts it, and does not raise.
@@ -326,3 +338,103 @@ async def test_generic_backend_devices_with_udev_properties(
     assert first["resource.kubernetes.io/pcieRoot"] == "pci0000:00"
     assert first["numa"] == 0
     assert "vendorID" not in by_path["/dev/ttyUSB1"]
+
+
+@pytest.mark.parametrize("kube_apiserver", [pytest.param(V1_33, id="v1.33")], indirect=True)
+async def test_v1beta1_slices_as_the_server_converts_them(
+    kube: AsyncClient, kube_node: str, node_client: NodeClient
+) -> None:
+    """1.32's version, written where 1.33 serves it beside v1beta2: read back in v1beta2
+    (the API server's own conversion), the devices are the ones we meant."""
+    assert (await served(kube)).version == "v1beta2"
+    pub = publisher(node_client(kube_node), kube_node, api=V1BETA1)
+    await synced(pub, units(3))
+    (only,) = await slices(kube, kube_node, GENERIC)
+    assert devices_of([only]) == ["unit000", "unit001", "unit002"]
+    assert [attrs(d) for d in only.spec.devices or []] == [
+        {"resource": "example.com/serial", "numa": i % 2, NUMA_NODE: i % 2} for i in range(3)
+    ]
+    assert only.spec.pool == ResourcePool(name=kube_node, generation=1, resourceSliceCount=1)
+
+    await kube.delete(V1BETA1.slice_type, f"{kube_node}-{GENERIC}-0")  # repaired in v1beta1 too
+    deadline = time.perf_counter() + 30
+    while not (found := await slices(kube, kube_node, GENERIC)):
+        assert time.perf_counter() < deadline, "not repaired"
+        await asyncio.sleep(0.02)  # no event for "it is back" but polling the server
+    assert devices_of(found) == ["unit000", "unit001", "unit002"]
+    await pub.close()
+
+
+@pytest.mark.parametrize(
+    ("kube_apiserver", "version"),
+    [
+        pytest.param(V1_34, "v1", id="v1.34"),
+        pytest.param(V1_33, "v1beta2", id="v1.33"),
+        pytest.param(V1_36, "v1", id="v1.36"),
+    ],
+    indirect=["kube_apiserver"],
+)
+async def test_the_served_version_is_found_and_logged_in_one_line(
+    kube_node: str, node_client: NodeClient, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """1.33 serves DRA as v1beta2 (preferred) and v1beta1; 1.34 adds v1; 1.36 serves v1 only."""
+    apis = ApiVersions(node_client(kube_node), node=kube_node)
+    with caplog.at_level(logging.INFO, logger="accel_plugins.dra.kube.api"):
+        assert (await apis.get()).version == version
+        assert (await apis.get()).version == version  # asked once
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "accel_plugins.dra.kube.api"]
+    assert f"resource.k8s.io/{version}" in line
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        pytest.param(
+            "pci-function",
+            {PCI_BUS_ID: "0000:3a:00.0", PCIE_ROOT: "pci0000:3a", NUMA_NODE: 1},
+            id="accel-on-its-own-pci-function",
+        ),
+        pytest.param(
+            "usb-behind-pci",
+            {PCIE_ROOT: "pci0000:00", NUMA_NODE: 0},
+            id="usb-serial-no-bus-id-of-its-own",
+        ),
+        pytest.param("virtual", {}, id="virtual-none"),
+    ],
+)
+async def test_generic_devices_carry_the_standard_pci_and_numa_attributes(
+    kube: AsyncClient,
+    kube_node: str,
+    node_client: NodeClient,
+    tmp_path: Path,
+    layout: str,
+    expected: dict[str, object],
+) -> None:
+    """The standard names of k8s.io/dynamic-resource-allocation/deviceattribute
+    (attribute.go, numa_linux.go), found from the /dev node through
+    /sys/dev/char/<major>:<minor> as the kernel lays it out, accepted by each API server."""
+    from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
+    from accel_plugins.backends.generic.config import parse_config
+    from accel_plugins.testing.host import FakeHost
+
+    host = FakeHost(tmp_path / "host")
+    host.node("/dev/unit0", major=261, minor=0)
+    if layout == "pci-function":
+        function = host.pci_device("0000:3a:00.0", numa_node=1)
+        host.class_device("accel", "accel0", parent=function, dev=(261, 0))
+    elif layout == "usb-behind-pci":
+        usb = host.sys_device("pci0000:00/0000:00:14.0/usb1/1-1/1-1:1.0", numa_node=0)
+        host.class_device(
+            "tty", "ttyUSB0", parent=str(usb.relative_to(host.sys / "devices")), dev=(261, 0)
+        )
+    else:
+        host.class_device("misc", "unit0", dev=(261, 0))
+    config = parse_config("devices:\n- name: unit\n  groups:\n  - paths:\n    - path: /dev/unit0\n")
+    backend = GenericBackend(config, GenericSettings(dev_root=host.dev, sys_root=host.sys))
+    pub = publisher(node_client(kube_node), kube_node, describe=backend.dra_device)
+    await synced(pub, backend.scan())
+    (only,) = await slices(kube, kube_node, GENERIC)
+    (device,) = only.spec.devices or []
+    standard = {k: v for k, v in attrs(device).items() if k.startswith("resource.kubernetes.io/")}
+    assert standard == expected
+    await pub.close()

@@ -5,6 +5,8 @@ act as the ServiceAccount."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -93,13 +95,9 @@ def test_rbac_is_least_privilege() -> None:
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceslices"],
-            "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
+            "verbs": ["create", "get", "list", "watch", "update", "delete"],
         },
-        {
-            "apiGroups": ["resource.k8s.io"],
-            "resources": ["resourceclaims"],
-            "verbs": ["get", "list", "watch"],
-        },
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]
     binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]
@@ -224,7 +222,7 @@ async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
     from lightkube.models.authentication_v1 import TokenRequestSpec
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Secret, ServiceAccountToken
-    from lightkube.resources.resource_v1 import ResourceClaim
+    from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 
     from accel_plugins.dra.kube import KubeSlicePublisher, make_client
     from accel_plugins.plugin.device import Device, tree
@@ -237,12 +235,36 @@ async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
     assert token.status is not None
     client = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig(token.status.token)))
     try:
-        publisher = KubeSlicePublisher(client, driver="generic.accel-plugins.io", node=kube_node)
+        driver = "generic.accel-plugins.io"
+        publisher = KubeSlicePublisher(client, driver=driver, node=kube_node)
         await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty0")]}))
-        assert publisher.in_sync  # nodes get, resourceslices list/create
-        assert [c async for c in client.list(ResourceClaim, namespace="default")] == []
-        with pytest.raises(ApiError) as refused:
-            await client.get(Secret, "anything", namespace=NAMESPACE)
-        assert refused.value.status.code == 403
+        assert publisher.in_sync  # nodes get, resourceslices list/watch/create (and dry-run)
+        await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty1")]}))
+        assert publisher.in_sync  # resourceslices update
+        name, before = f"{kube_node}-{driver}-0", publisher.generation
+        await kube.delete(ResourceSlice, name)  # the kubelet's wipe
+        deadline = time.monotonic() + 30
+        while True:  # repaired through the watch: created again, one generation on
+            found = [
+                s async for s in kube.list(ResourceSlice) if s.metadata and s.metadata.name == name
+            ]
+            if found and found[0].spec.pool.generation > before:
+                break
+            assert time.monotonic() < deadline, "not repaired"
+            await asyncio.sleep(0.02)  # the API server has no event for "it is back"
+        await publisher.close()
+        with pytest.raises(ApiError) as missing:  # the driver's one claim call: GET
+            await client.get(ResourceClaim, "no-such-claim", namespace="default")
+        assert missing.value.status.code == 404
+        for forbidden in (
+            client.get(Secret, "anything", namespace=NAMESPACE),
+            anext(aiter(client.list(ResourceClaim, namespace="default"))),
+            client.patch(
+                ResourceClaimStatus, "any", {"status": {}}, namespace="default"
+            ),  # no claim status: the driver writes none
+        ):
+            with pytest.raises(ApiError) as refused:
+                await forbidden
+            assert refused.value.status.code == 403
     finally:
         await client.close()

@@ -55,6 +55,29 @@ def test_mirrored_constants_match_their_sources() -> None:
 
     assert cli.DEFAULT_KUBELET_PLUGINS_DIR == DEFAULT_KUBELET_PLUGINS_DIR
     assert cli.DEFAULT_CDI_SPEC_DIR == DEFAULT_SPEC_DIR
+    pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+    from accel_plugins.dra.kube.taints import TaintMode
+
+    assert tuple(mode.value for mode in TaintMode) == cli.DRA_DEVICE_TAINTS
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "mode"),
+    [
+        pytest.param([], None, "auto", id="default"),
+        pytest.param(["--dra-device-taints", "off"], None, "off", id="flag"),
+        pytest.param([], "on", "on", id="env-twin"),
+        pytest.param(["--dra-device-taints", "off"], "on", "off", id="flag-over-env"),
+    ],
+)
+def test_device_taints_flag(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, mode: str
+) -> None:
+    monkeypatch.delenv("ACCEL_PLUGINS_DRA_DEVICE_TAINTS", raising=False)
+    if env is not None:
+        monkeypatch.setenv("ACCEL_PLUGINS_DRA_DEVICE_TAINTS", env)
+    args = cli.build_parser(["generic"]).parse_args(["generic", *argv])
+    assert args.dra_device_taints == mode
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,9 @@ import pytest
 
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
+from lightkube.models.resource_v1 import Device as KubeDevice
+from lightkube.models.resource_v1 import DeviceTaint
+
 from accel_plugins.backends.nvidia.dra_attributes import architecture, cuda_version
 from accel_plugins.dra.kube.slices import (
     MAX_ATTRIBUTES,
@@ -17,8 +20,10 @@ from accel_plugins.dra.kube.slices import (
     kube_device,
     pool_devices,
 )
+from accel_plugins.dra.kube.taints import label_value, taint_maker
 from accel_plugins.plugin.device import Device, Health, tree
 from accel_plugins.plugin.dra_attributes import DraDeviceInfo, DraVersion, pci_attributes
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from tests.nvidia_fixtures import RunNvidia, simulated_backend
 
 
@@ -160,3 +165,78 @@ def test_the_backends_namer_names_the_devices() -> None:
         namer=_Namer(),
     )
     assert [d.name for d in devices] == ["gpu-0", "gpu-1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param(
+            "xid 79: GPU has fallen off the bus", "xid-79-GPU-has-fallen-off-the-bus", id="xid"
+        ),
+        pytest.param(
+            "node-vanished: /dev/ttyUSB0 is gone", "node-vanished-dev-ttyUSB0-is-gone", id="path"
+        ),
+        pytest.param("ecc", "ecc", id="kind-only"),
+        pytest.param("other: " + "x" * 80, "other-" + "x" * 57, id="cut-to-63"),
+        pytest.param("other: détail!", "other-d-tail", id="non-ascii"),
+    ],
+)
+def test_taint_values_are_label_values(text: str, value: str) -> None:
+    """Label value rules (apimachinery validation IsValidLabelValue): [A-Za-z0-9_.-],
+    alphanumeric at both ends, at most 63 characters."""
+    assert label_value(text) == value
+    assert len(value) <= 63
+
+
+class _XidKeyer:
+    def dra_taint_key(self, resource: str, device: Device) -> str | None:
+        return "gpu.nvidia.com/xid" if device.reason and device.reason.kind == "xid" else None
+
+
+@pytest.mark.parametrize(
+    ("reason", "key", "value"),
+    [
+        pytest.param(
+            HealthReason(ReasonKind.XID, code=79), "gpu.nvidia.com/xid", "xid-79", id="vendor-key"
+        ),
+        pytest.param(
+            HealthReason(ReasonKind.ECC), "drv.example.com/unhealthy", "ecc", id="default-key"
+        ),
+        pytest.param(None, "drv.example.com/unhealthy", "unknown", id="no-reason"),
+    ],
+)
+def test_unhealthy_devices_are_tainted_with_the_backends_key(
+    reason: HealthReason | None, key: str, value: str
+) -> None:
+    sick = Device(id="bad").with_health(Health.UNHEALTHY, reason)
+    devices = pool_devices(
+        tree({"example.com/dev": [Device(id="ok"), sick]}),
+        taint=taint_maker("drv.example.com", _XidKeyer()),
+    )
+    assert [(d.name, d.taints) for d in devices] == [
+        ("bad", [DeviceTaint(key=key, value=value, effect="NoSchedule")]),
+        ("ok", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("count", "tainted", "sizes"),
+    [
+        pytest.param(200, (), [128, 72], id="none"),
+        pytest.param(200, (0,), [64, 128, 8], id="first"),
+        pytest.param(200, (63,), [64, 128, 8], id="last-of-64"),
+        pytest.param(200, (64,), [64, 64, 72], id="65th-starts-a-limited-slice"),
+        pytest.param(200, (100,), [100, 64, 36], id="in-the-second"),
+    ],
+)
+def test_a_slice_with_a_tainted_device_holds_at_most_64(
+    count: int, tainted: tuple[int, ...], sizes: list[int]
+) -> None:
+    devices = [
+        KubeDevice(
+            name=f"d{i}",
+            taints=[DeviceTaint(key="k", effect="NoSchedule")] if i in tainted else None,
+        )
+        for i in range(count)
+    ]
+    assert [len(c) for c in chunks(devices)] == sizes

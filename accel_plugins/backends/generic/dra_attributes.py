@@ -3,7 +3,9 @@
 Per device: ``path`` (its first device node on the host, or its first mount),
 ``paths`` (how many host paths it is made of), ``replica`` (which of a
 shareable unit's copies), the standard ``resource.kubernetes.io/pcieRoot``
-when the node's hardware sits on PCI, and from the udev database
+when the node's hardware sits on PCI and ``resource.kubernetes.io/pciBusID``
+when the node is a PCI function's own (its ``/sys/dev/char/<major>:<minor>/device``
+is that function), and from the udev database
 (``/run/udev/data/c<major>:<minor>``, what ``udevadm info`` reads) the
 properties in :data:`UDEV_PROPERTIES` under their udev names, plus
 ``vendorID`` and ``productID`` (lower-case hex, USB's ``ID_VENDOR_ID`` /
@@ -21,9 +23,11 @@ from accel_plugins.backends.generic.discovery import UnitFacts
 from accel_plugins.backends.generic.hostfs import UDEV_DATA, HostPaths
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import (
+    PCI_BUS_ID,
     PCIE_ROOT,
     DraAttributeValue,
     DraDeviceInfo,
+    pci_function,
     pcie_root,
 )
 
@@ -99,9 +103,13 @@ def describe(device: Device, host: HostPaths, udev_data: Path = UDEV_DATA) -> Dr
         if found is not None:
             kind, major, minor = found
             sys_kind = "char" if kind == "c" else "block"
-            root = pcie_root(Path(host.sys("dev", sys_kind, f"{major}:{minor}")), host.sys_root)
+            sys_device = Path(host.sys("dev", sys_kind, f"{major}:{minor}"))
+            root = pcie_root(sys_device, host.sys_root)
             if root is not None:
                 attributes[PCIE_ROOT] = root
+            bus_id = pci_function(sys_device)
+            if bus_id is not None:
+                attributes[PCI_BUS_ID] = bus_id
             properties = udev_properties(udev_data / f"{kind}{major}:{minor}")
             attributes.update(_ids(properties))
             attributes.update({k: properties[k] for k in UDEV_PROPERTIES if properties.get(k)})

@@ -256,6 +256,13 @@ class NvidiaBackend:
 
         return dra_device_name(device.id)
 
+    def dra_taint_key(self, resource: str, device: Device) -> str | None:
+        """DraTaintKeyer: ``gpu.nvidia.com/xid`` for an XID error, so a claim may tolerate
+        XIDs alone; the driver's default key for any other reason."""
+        if device.reason is not None and device.reason.kind == "xid":
+            return "gpu.nvidia.com/xid"
+        return None
+
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
         """DraDescriber: NVIDIA's DRA attribute names (dra_attributes.py)."""
         from accel_plugins.backends.nvidia.dra_attributes import describe as describe_dra

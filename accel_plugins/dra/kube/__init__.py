@@ -9,8 +9,9 @@ generated client. Everything here is imported only in DRA mode (extra
 ``[dra]``), never by ``accel_plugins.plugin`` or the device-plugin path.
 """
 
+from accel_plugins.dra.kube.api import ApiVersions
 from accel_plugins.dra.kube.claims import KubeClaimSource
 from accel_plugins.dra.kube.client import KUBECONFIG_ENV, make_client
 from accel_plugins.dra.kube.publisher import KubeSlicePublisher
 
-__all__ = ["KUBECONFIG_ENV", "KubeClaimSource", "KubeSlicePublisher", "make_client"]
+__all__ = ["KUBECONFIG_ENV", "ApiVersions", "KubeClaimSource", "KubeSlicePublisher", "make_client"]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.resource_v1 import ResourceClaim
+from typing import Any
 
+from lightkube import ApiError, AsyncClient
+
+from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
 
 
@@ -16,15 +18,21 @@ class KubeClaimSource:
     an allocation raise ClaimError. Anything else (the API server
     unreachable, 5xx, throttling) propagates unchanged: retrying is the
     caller's choice, as the kubelet retries NodePrepareResources itself.
+    Read in ``api``'s resource.k8s.io version (or the one :class:`ApiVersions`
+    finds served); the fields read are the same in v1, v1beta2 and v1beta1.
     """
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, api: ResourceApi | ApiVersions | None = None) -> None:
         self._client = client
+        self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api)
 
     async def resolve(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
+        api = await self._apis.get()
         try:
-            found = await self._client.get(ResourceClaim, claim.name, namespace=claim.namespace)
+            found: Any = await self._client.get(
+                api.claim_type, claim.name, namespace=claim.namespace
+            )
         except ApiError as exc:
             if exc.status.code == 404:
                 raise ClaimError(f"{where} not found") from exc
