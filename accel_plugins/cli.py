@@ -813,7 +813,7 @@ def _admission(args: argparse.Namespace, echo: Callable[[str], None]) -> dict[st
 
 def _add_mps_control_daemon(sub: Any) -> None:
     # NVIDIA's flags and config file, as the nvidia backend reads them (a cheap module).
-    from accel_plugins.backends.nvidia.mps_command import OPTIONS, SUMMARY
+    from accel_plugins.backends.nvidia.mps.mps_command import OPTIONS, SUMMARY
 
     p = sub.add_parser("mps-control-daemon", help=SUMMARY, description=SUMMARY)
     _add_logging_flags(p)
@@ -821,7 +821,7 @@ def _add_mps_control_daemon(sub: Any) -> None:
 
 
 def _run_mps_control_daemon(args: argparse.Namespace) -> int:
-    from accel_plugins.backends.nvidia.mps_command import OPTIONS, run
+    from accel_plugins.backends.nvidia.mps.mps_command import OPTIONS, run
 
     options = {o.dest: getattr(args, o.dest) for o in OPTIONS}
     if not options["simulate"] and _missing(["pynvml"]):

@@ -76,7 +76,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.config_syntax import (
+from accel_plugins.backends.nvidia.allocation.replica_policy import PACKED, POLICIES, SPREAD
+from accel_plugins.backends.nvidia.config.config_syntax import (
     GoReader,
     is_gpu_uuid,
     is_mig_index,
@@ -90,7 +91,6 @@ from accel_plugins.backends.nvidia.container_contract import (
     DEVICE_LIST_STRATEGIES,
     AllocateSettings,
 )
-from accel_plugins.backends.nvidia.replica_policy import PACKED, POLICIES, SPREAD
 from accel_plugins.configfields import plain_kind
 from accel_plugins.errors import ConfigError
 
