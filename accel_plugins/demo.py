@@ -26,8 +26,7 @@ from typing import Any, TextIO
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     NvidiaSettings,
     ReplicaDevices,
     ReplicatedResource,
@@ -35,10 +34,11 @@ from accel_plugins.backends.nvidia.config import (
 )
 from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.backends.nvidia.mps_control import fake_program
-from accel_plugins.backends.nvidia.mps_daemon import Daemons
-from accel_plugins.backends.nvidia.mps_startup import daemons_for
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.mps.mps_control import fake_program
+from accel_plugins.backends.nvidia.mps.mps_daemon import Daemons
+from accel_plugins.backends.nvidia.mps.mps_startup import daemons_for
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.demo_highlights import Highlights, next_steps
 from accel_plugins.kubelet import AllocationRecord, Kubelet
 from accel_plugins.metrics import MetricsServer, instrumented_manager

@@ -30,13 +30,13 @@ from pathlib import Path
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.eventsource import UdevSource
+from accel_plugins.backends.nvidia.allocation.pair_score import link_score
 from accel_plugins.backends.nvidia.backend import create_backend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.facts import GpuFacts, gpu_facts
-from accel_plugins.backends.nvidia.pair_score import link_score
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.manager import Manager, ManagerSettings

@@ -24,9 +24,9 @@ from bench_generic_hotplug import bench_inotify, bench_umockdev
 from benchlib import Row, percentile
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import NvidiaSettings
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.manager import Manager, ManagerSettings

@@ -37,14 +37,14 @@ for path in (ROOT, ROOT / "hack"):  # also runs on its own: python hack/bench_pr
 
 from benchlib import Row, percentile  # noqa: E402
 
+from accel_plugins.backends.nvidia.allocation.pair_score import link_score  # noqa: E402
 from accel_plugins.backends.nvidia.backend import NvidiaBackend  # noqa: E402
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile  # noqa: E402
-from accel_plugins.backends.nvidia.config import NvidiaSettings  # noqa: E402
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings  # noqa: E402
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors  # noqa: E402
 from accel_plugins.backends.nvidia.facts import gpu_facts  # noqa: E402
-from accel_plugins.backends.nvidia.pair_score import link_score  # noqa: E402
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml  # noqa: E402
-from accel_plugins.backends.nvidia.simulated_profile import parse_profile  # noqa: E402
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile  # noqa: E402
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml  # noqa: E402
+from accel_plugins.backends.nvidia.simulate.simulated_profile import parse_profile  # noqa: E402
 from accel_plugins.plugin.device import Device  # noqa: E402
 from tests.best_effort_reference import best_effort  # noqa: E402
 

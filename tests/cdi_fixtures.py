@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia import ldcache
+from accel_plugins.backends.nvidia.cdi import ldcache
 
 SCHEMA_GLOBS = (
     "/usr/share/gocode/src/*/container-device-interface/schema",

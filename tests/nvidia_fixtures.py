@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import NvidiaSettings, TimeSlicing
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings, TimeSlicing
 from accel_plugins.backends.nvidia.container_contract import AllocateSettings, generated_mig_minors
 from accel_plugins.backends.nvidia.nvml import Pynvml
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
-from accel_plugins.backends.nvidia.simulated_profile import NodeProfile, parse_profile
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulated_profile import NodeProfile, parse_profile
 from accel_plugins.plugin.backend import Backend
 from tests.framework_fixtures import TreeRecorder
 

@@ -7,7 +7,8 @@ GetPreferredAllocation / Allocate / PreStartContainer calls, checkpoints the
 allocations, and optionally serves the PodResources v1 API. With a
 ``plugins_registry_dir`` it also registers plugins the way the kubelet's plugin
 watcher does (plugin_watcher.py). It speaks only the public API, so it works
-against any vendor's plugin.
+against any vendor's plugin. Registrations and streams are the plugin handler's
+(plugin_handler.py); how one allocation is chosen and made, allocate_devices.py.
 """
 
 from __future__ import annotations
@@ -18,47 +19,31 @@ import inspect
 import logging
 import os
 import stat
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, Self
 
 import grpc
 
-from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.kubelet import checkpoint
-from accel_plugins.kubelet.allocation import (
-    DEFAULT_NAMESPACE,
-    AllocationBook,
-    AllocationRecord,
-    check_preferred,
-    first_sorted,
-)
+from accel_plugins.kubelet.allocate_devices import allocate_devices
+from accel_plugins.kubelet.allocation import DEFAULT_NAMESPACE, AllocationBook, AllocationRecord
 from accel_plugins.kubelet.client import DEFAULT_TIMEOUT, PluginClient, unix_target
 from accel_plugins.kubelet.dra import DraDrivers
-from accel_plugins.kubelet.endpoint import Endpoint
 from accel_plugins.kubelet.errors import (
     AllocationConflictError,
     CheckpointError,
-    InsufficientDevicesError,
     KubeletError,
     ResourceUnavailableError,
     UnknownResourceError,
 )
-from accel_plugins.kubelet.model import DeviceState, PluginOptions
-from accel_plugins.kubelet.names import SUPPORTED_VERSIONS, resource_name_problem
+from accel_plugins.kubelet.plugin_handler import PluginHandler
 from accel_plugins.kubelet.plugin_watcher import PluginWatcher
 from accel_plugins.kubelet.podresources import PodResourcesServicer
-from accel_plugins.kubelet.registration import (
-    Registration,
-    RegistrationRefusedError,
-    RegistrationServicer,
-    Rejection,
-    request_problem,
-)
+from accel_plugins.kubelet.registration import Registration, RegistrationServicer, Rejection
 from accel_plugins.kubelet.state import ResourceState, ResourceView
 
 log = logging.getLogger(__name__)
@@ -126,12 +111,18 @@ class Kubelet:
         self.socket_path = self.plugin_dir / socket_name
         self.pod_resources_socket = pod_resources_socket
         self.checkpoint_path = self.plugin_dir / checkpoint_name
-        self.plugin_timeout = plugin_timeout
-        self.registrations: list[Registration] = []
-        self.rejections: list[Rejection] = []
         self.checkpoint_error: CheckpointError | None = None
         self._on_event = on_event
         self._resources: dict[str, ResourceState] = {}
+        self._plugins = PluginHandler(
+            self.plugin_dir,
+            self._resources,
+            plugin_timeout=plugin_timeout,
+            event=self._event,
+            notify=self._notify,
+            spawn=self._spawn,
+            running=lambda: self._running,
+        )
         self._book = AllocationBook()
         self._locks: dict[str, asyncio.Lock] = {}
         self._servers: list[grpc.aio.Server] = []
@@ -144,6 +135,21 @@ class Kubelet:
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def plugin_timeout(self) -> float:
+        """Seconds each call to a plugin may take."""
+        return self._plugins.plugin_timeout
+
+    @property
+    def registrations(self) -> list[Registration]:
+        """Every registration accepted since the emulator was made, oldest first."""
+        return self._plugins.registrations
+
+    @property
+    def rejections(self) -> list[Rejection]:
+        """Every registration refused since the emulator was made, oldest first."""
+        return self._plugins.rejections
 
     @property
     def resources(self) -> Mapping[str, ResourceView]:
@@ -243,7 +249,7 @@ class Kubelet:
             log.debug("removed stale %s", path)
         registration = grpc.aio.server()
         pb_grpc.add_RegistrationServicer_to_server(
-            RegistrationServicer(self._handle_register), registration
+            RegistrationServicer(self._plugins.handle_register), registration
         )
         await self._serve(registration, self.socket_path)
         self._running = True
@@ -263,8 +269,8 @@ class Kubelet:
         if self.plugins_registry_dir is not None:
             watcher = PluginWatcher(
                 self.plugins_registry_dir,
-                register=self._register_watched,
-                deregister=self._deregister_watched,
+                register=self._plugins.register_watched,
+                deregister=self._plugins.deregister_watched,
                 on_event=self._event,
                 dra=self.dra,
             )
@@ -334,151 +340,6 @@ class Kubelet:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # -- registration and streams ----------------------------------------------------------
-
-    def _refuse(self, request: pb.RegisterRequest, code: grpc.StatusCode, reason: str) -> NoReturn:
-        self.rejections.append(
-            Rejection(
-                version=request.version,
-                endpoint=request.endpoint,
-                resource_name=request.resource_name,
-                reason=reason,
-                code=code,
-                at=time.monotonic(),
-            )
-        )
-        self._event(f"refused registration of {request.resource_name!r}: {reason}")
-        self._notify()
-        raise RegistrationRefusedError(code, reason)
-
-    async def _handle_register(self, request: pb.RegisterRequest) -> None:
-        problem = request_problem(request)
-        if problem is not None:
-            self._refuse(request, grpc.StatusCode.INVALID_ARGUMENT, problem)
-        await self._connect(request, self.plugin_dir / request.endpoint)
-
-    async def _connect(
-        self, request: pb.RegisterRequest, socket: Path, *, source: str = "register"
-    ) -> Endpoint:
-        """Dial a valid plugin's socket and take it on (Register and the plugin watcher)."""
-        client = PluginClient(socket, timeout=self.plugin_timeout)
-        client.open()
-        try:
-            # Asked before answering Register, as the kubelet does: a plugin that
-            # cannot answer this is not registered at all.
-            options = await client.options()
-        except KubeletError as e:
-            await client.close()
-            self._refuse(
-                request,
-                grpc.StatusCode.UNAVAILABLE,
-                f"cannot reach the plugin of {request.resource_name}: {e}",
-            )
-        except asyncio.CancelledError:
-            await client.close()
-            raise
-        if not self._running:
-            await client.close()
-            raise RegistrationRefusedError(grpc.StatusCode.UNAVAILABLE, "kubelet is stopping")
-        return self._install(request, client, options, source=source)
-
-    async def _register_watched(
-        self, name: str, endpoint: str, versions: list[str], socket: Path
-    ) -> Endpoint:
-        """The device manager's plugin handler: validate, then connect as after Register."""
-        version = next((v for v in versions if v in SUPPORTED_VERSIONS), None)
-        # What Register would have carried, for the records (the plugin watcher has no request).
-        request = pb.RegisterRequest(
-            version=version or ",".join(versions), endpoint=endpoint, resource_name=name
-        )
-        if version is None:
-            self._refuse(
-                request,
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"manager version, {SUPPORTED_VERSIONS[0]}, is not among plugin supported "
-                f"versions {versions}",
-            )
-        problem = resource_name_problem(name)
-        if problem is not None:
-            self._refuse(request, grpc.StatusCode.INVALID_ARGUMENT, problem)
-        return await self._connect(request, Path(endpoint), source=f"plugin watcher ({socket})")
-
-    async def _deregister_watched(self, endpoint: Endpoint, socket: Path) -> None:
-        """The plugin's registration socket is gone: close its stream, devices unhealthy."""
-        state = self._current(endpoint)
-        await endpoint.stop()
-        if state is None:
-            return  # replaced since by another registration
-        state.disconnect()
-        self._event(
-            f"deregistered {endpoint.resource}: registration socket {socket} is gone; "
-            "devices unhealthy until it registers again"
-        )
-        self._notify()
-
-    def _install(
-        self,
-        request: pb.RegisterRequest,
-        client: PluginClient,
-        options: PluginOptions,
-        *,
-        source: str = "register",
-    ) -> Endpoint:
-        name = request.resource_name
-        self.registrations.append(
-            Registration(
-                version=request.version,
-                endpoint=request.endpoint,
-                resource_name=name,
-                # What a Register request carried; the plugin watcher has only the answer.
-                options=PluginOptions.from_proto(request.options)
-                if source == "register"
-                else options,
-                at=time.monotonic(),
-                source=source,
-            )
-        )
-        state = self._resources.setdefault(name, ResourceState(name, options))
-        old = state.endpoint
-        endpoint = Endpoint(name, client, options, on_devices=self._on_devices, on_end=self._on_end)
-        # The previous endpoint's devices stay until the new stream reports.
-        state.endpoint, state.options, state.connected = endpoint, options, True
-        if old is not None:
-            self._spawn(old.stop())
-        endpoint.start()
-        via = "" if source == "register" else f" by the {source}"
-        self._event(
-            f"registered {name} at {request.endpoint}{via} ({request.version}; "
-            f"pre_start_required={options.pre_start_required}, "
-            f"get_preferred_allocation_available={options.get_preferred_allocation_available})"
-        )
-        self._notify()
-        return endpoint
-
-    def _current(self, endpoint: Endpoint) -> ResourceState | None:
-        state = self._resources.get(endpoint.resource)
-        return state if state is not None and state.endpoint is endpoint else None
-
-    def _on_devices(self, endpoint: Endpoint, devices: Sequence[DeviceState]) -> None:
-        state = self._current(endpoint)
-        if state is None:
-            return
-        change = state.replace_devices(list(devices))
-        self._event(f"{endpoint.resource}: {change}")
-        self._notify()
-
-    def _on_end(self, endpoint: Endpoint, error: KubeletError | None) -> None:
-        state = self._current(endpoint)
-        if state is None:
-            return
-        state.disconnect()
-        self._spawn(endpoint.client.close())
-        self._event(
-            f"{endpoint.resource}: ListAndWatch stream ended "
-            f"({error or 'closed by the plugin'}); devices unhealthy until it re-registers"
-        )
-        self._notify()
-
     # -- allocation ------------------------------------------------------------------------
 
     async def allocate(
@@ -518,8 +379,16 @@ class Kubelet:
                     f"{namespace}/{pod}/{container} holds {len(existing.device_ids)} of "
                     f"{resource}, cannot change the request to {count}"
                 )
-            record = await self._allocate_new(
-                namespace, pod, container, resource, count, list(must_include), pre_start
+            record = await allocate_devices(
+                self._resources.get(resource),
+                self._book,
+                namespace,
+                pod,
+                container,
+                resource,
+                count,
+                list(must_include),
+                pre_start,
             )
             records = [*self._book, record]
             try:
@@ -532,56 +401,6 @@ class Kubelet:
         )
         self._notify()
         return record
-
-    async def _allocate_new(
-        self,
-        namespace: str,
-        pod: str,
-        container: str,
-        resource: str,
-        count: int,
-        must_include: list[str],
-        pre_start: bool = True,
-    ) -> AllocationRecord:
-        if count < 1:
-            raise KubeletError(f"cannot allocate {count} of {resource}: count must be positive")
-        state = self._resources.get(resource)
-        if state is None:
-            raise UnknownResourceError(f"no plugin has registered resource {resource!r}")
-        endpoint = state.endpoint
-        if endpoint is None or not state.connected:
-            raise ResourceUnavailableError(f"the plugin of {resource} is not connected")
-        taken = self._book.in_use(resource)
-        # The pod's own devices are offered again only where they are named for reuse.
-        reuse = set(must_include) & {
-            d
-            for r in self._book.of_pod(namespace, pod)
-            if r.resource == resource
-            for d in r.device_ids
-        }
-        available = [d for d in state.view().healthy if d not in taken or d in reuse]
-        _check_must_include(resource, must_include, available, count)
-        if len(available) < count:
-            raise InsufficientDevicesError(resource, count, len(available))
-        if len(must_include) == count:
-            chosen = list(must_include)  # as the kubelet: reusable devices alone suffice
-        elif endpoint.options.get_preferred_allocation_available:
-            answer = await endpoint.client.preferred(available, must_include, count)
-            chosen = check_preferred(resource, answer, available, count, must_include)
-        else:
-            rest = [d for d in available if d not in must_include]
-            chosen = must_include + first_sorted(rest, count - len(must_include))
-        [response] = await endpoint.client.allocate([chosen])
-        if pre_start and endpoint.options.pre_start_required:
-            await endpoint.client.pre_start(chosen)
-        return AllocationRecord(
-            namespace=namespace,
-            pod=pod,
-            container=container,
-            resource=resource,
-            device_ids=tuple(chosen),
-            response=response,
-        )
 
     def client(self, resource: str) -> PluginClient:
         """The client of the connected plugin of ``resource``: the device manager's endpoint."""
@@ -601,22 +420,6 @@ class Kubelet:
         held = ", ".join(f"{r.resource} {'/'.join(r.device_ids)}" for r in freed)
         self._event(f"released {namespace}/{pod}: {held}")
         self._notify()
-
-
-def _check_must_include(
-    resource: str, must_include: Sequence[str], available: Sequence[str], count: int
-) -> None:
-    problems = []
-    if len(must_include) > count:
-        problems.append(f"{len(must_include)} must-include device(s) for a request of {count}")
-    repeated = sorted({d for d in must_include if must_include.count(d) > 1})
-    if repeated:
-        problems.append(f"repeated device(s) {', '.join(repeated)}")
-    missing = sorted(set(must_include) - set(available))
-    if missing:
-        problems.append(f"not healthy and free: {', '.join(missing)}")
-    if problems:
-        raise KubeletError(f"cannot allocate {resource}: {'; '.join(problems)}")
 
 
 async def serve(

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from accel_plugins.backends.nvidia.dra_attributes import DRIVER_NAME, cuda_version
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.backends.nvidia.simulate import (
+from accel_plugins.backends.nvidia.simulate.simulate import (
     SIMULATED_CUDA_DRIVER_VERSION,
     SIMULATED_DRIVER_VERSION,
 )

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
-from accel_plugins.backends.nvidia.simulated_profile import SimEvent
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulated_profile import SimEvent
 from accel_plugins.kubelet import Kubelet
 from tests.cli_support import free_port
 from tests.metrics_support import MetricsNode, Samples, get, parse, promtool_check, series

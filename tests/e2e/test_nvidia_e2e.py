@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,

@@ -11,9 +11,9 @@ import re
 
 import pytest
 
+from accel_plugins.backends.nvidia.allocation.pair_score import parse_link
 from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.nvml import Pynvml, session
-from accel_plugins.backends.nvidia.pair_score import parse_link
 from accel_plugins.backends.nvidia.resources import build_resources
 
 

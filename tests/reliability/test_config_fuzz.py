@@ -20,12 +20,17 @@ from hypothesis import HealthCheck, given, settings
 
 from accel_plugins.backends.generic.config import OUTSIDE_DEV_KEY, load_config
 from accel_plugins.backends.nvidia.backend import create_backend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import FileConfig, NvidiaSettings, Overrides, resolve
-from accel_plugins.backends.nvidia.config import load_config_file as load_nvidia_config
+from accel_plugins.backends.nvidia.config.config import (
+    FileConfig,
+    NvidiaSettings,
+    Overrides,
+    resolve,
+)
+from accel_plugins.backends.nvidia.config.config import load_config_file as load_nvidia_config
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
-from accel_plugins.backends.nvidia.simulated_profile import load_profile_file
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulated_profile import load_profile_file
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from tests.cli_support import run_cli
 from tests.reliability.config_fuzz_support import documents

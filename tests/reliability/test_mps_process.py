@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.backends.nvidia.fake_mps_control import COMMANDS_FILE, PID_FILE
-from accel_plugins.backends.nvidia.mps_root import MpsRoot
+from accel_plugins.backends.nvidia.mps.fake_mps_control import COMMANDS_FILE, PID_FILE
+from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.kubelet import Kubelet
 from tests.reliability.plugin_process import ROOT, START_TIMEOUT, Node, PluginProcesses, ready
 

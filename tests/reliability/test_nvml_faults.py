@@ -15,11 +15,11 @@ import time
 import tracemalloc
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.nvml import EventSet, Handle, XidEvent
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.plugin.manager import Manager
 from tests.framework_fixtures import StartManager

@@ -403,7 +403,9 @@ def test_mirrored_constants_match_their_sources() -> None:
     from accel_plugins.backends.generic.backend import DEFAULT_RESCAN_INTERVAL
     from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE
     from accel_plugins.backends.generic.monitor import UdevSource
-    from accel_plugins.backends.nvidia import builtin_profiles, config, container_contract
+    from accel_plugins.backends.nvidia import container_contract
+    from accel_plugins.backends.nvidia.config import config
+    from accel_plugins.backends.nvidia.simulate import builtin_profiles
     from accel_plugins.metrics import DEFAULT_METRICS_ADDRESS
     from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR
     from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET

@@ -214,4 +214,4 @@ def test_the_build_writes_a_file_per_module_with_dataclasses(tmp_path: Path) -> 
     )
     files = {p.stem for p in target.glob("*.bin")}
     assert int(done.stdout) == len(files)
-    assert {"accel_plugins.plugin.device", "accel_plugins.backends.nvidia.config"} <= files
+    assert {"accel_plugins.plugin.device", "accel_plugins.backends.nvidia.config.settings"} <= files

@@ -8,10 +8,10 @@ import pytest
 from prometheus_client.metrics_core import Metric
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.config import share_all
+from accel_plugins.backends.nvidia.config.config import share_all
 from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml, TelemetryValue
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml, TelemetryValue
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
 from tests.nvidia_fixtures import RunNvidia, simulated_backend, watching
 

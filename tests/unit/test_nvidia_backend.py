@@ -9,7 +9,7 @@ import pytest
 
 from accel_plugins.backends.nvidia.backend import IdleBackend, NvidiaBackend, create_backend
 from accel_plugins.backends.nvidia.command import COMMAND
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     NvidiaSettings,
     ReplicaDevices,
     ReplicatedResource,
@@ -20,7 +20,7 @@ from accel_plugins.backends.nvidia.errors import NvmlInitError
 from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.resources import MigStrategyError
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.cli import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Allocator, Backend

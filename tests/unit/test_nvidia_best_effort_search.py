@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accel_plugins.backends.nvidia.best_effort_search import (
+from accel_plugins.backends.nvidia.allocation.best_effort_search import (
     Partitioner,
     mask_of,
     positions,
     twin_classes,
 )
+from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix, link_score
 from accel_plugins.backends.nvidia.discovery import discover
 from accel_plugins.backends.nvidia.nvml import session
-from accel_plugins.backends.nvidia.pair_score import LinkMatrix, link_score
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from tests.best_effort_reference import best_effort, pairing_score, split_score, splits
 from tests.nvidia_fixtures import profile
 

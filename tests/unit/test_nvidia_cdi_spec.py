@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia import ldcache
-from accel_plugins.backends.nvidia.cdi_spec import (
+from accel_plugins.backends.nvidia.cdi import ldcache
+from accel_plugins.backends.nvidia.cdi.cdi_spec import (
     CdiOptions,
     NvidiaCdi,
     common_edits,
@@ -41,13 +41,13 @@ from accel_plugins.backends.nvidia.cdi_spec import (
     gpu_spec,
     imex_spec,
 )
+from accel_plugins.backends.nvidia.cdi.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.cdi.drm_nodes import has_graphics
 from accel_plugins.backends.nvidia.container_contract import (
     ImexChannel,
     device_node,
     generated_mig_minors,
 )
-from accel_plugins.backends.nvidia.driver_files import DriverRoot
-from accel_plugins.backends.nvidia.drm_nodes import has_graphics
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, ContainerEdits
 from accel_plugins.testing import FakeHost
 from tests.cdi_fixtures import LIBDIR, VERSION, assert_valid_spec, fake_driver_root

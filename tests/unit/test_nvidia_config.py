@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.command import COMMAND
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     Overrides,
     ReplicaDevices,
     ReplicatedResource,

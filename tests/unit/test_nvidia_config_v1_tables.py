@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     FileConfig,
     GfdFlags,
     Imex,
@@ -40,7 +40,7 @@ from accel_plugins.backends.nvidia.config import (
     load_config_file,
     resolve,
 )
-from accel_plugins.backends.nvidia.config_syntax import (
+from accel_plugins.backends.nvidia.config.config_syntax import (
     is_gpu_uuid,
     is_mig_index,
     is_mig_uuid,

@@ -41,7 +41,7 @@ from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import build_resources
 from accel_plugins.backends.nvidia.sharing import replicate
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
 from accel_plugins.testing import FakeHost

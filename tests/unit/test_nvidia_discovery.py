@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile, names
 from accel_plugins.backends.nvidia.discovery import Node, discover, mig_profile_name
 from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.nvml import MigPlacement, normalize_bus_id, session
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile, names
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.errors import ConfigError
 from tests.nvidia_fixtures import profile
 

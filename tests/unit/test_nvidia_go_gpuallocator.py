@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
+from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
 from accel_plugins.backends.nvidia.discovery import discover
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
-from accel_plugins.backends.nvidia.pair_score import LinkMatrix
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.errors import AllocationError
 from tests.best_effort_reference import objective
 from tests.nvidia_fixtures import profile, simulated_backend

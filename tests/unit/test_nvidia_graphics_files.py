@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.cdi_spec import CdiOptions, common_edits
-from accel_plugins.backends.nvidia.driver_files import DriverRoot
-from accel_plugins.backends.nvidia.graphics_files import Graphics, GraphicsFile
+from accel_plugins.backends.nvidia.cdi.cdi_spec import CdiOptions, common_edits
+from accel_plugins.backends.nvidia.cdi.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.cdi.graphics_files import Graphics, GraphicsFile
 from tests.cdi_fixtures import LIBDIR, VERSION, fake_driver_root
 
 FILES = (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,

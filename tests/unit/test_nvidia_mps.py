@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     NvidiaSettings,
     Overrides,
     load_config_file,
@@ -37,13 +37,13 @@ from accel_plugins.backends.nvidia.config import (
 )
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.backends.nvidia.fake_mps_control import COMMANDS_FILE, PID_FILE
-from accel_plugins.backends.nvidia.mps_control import MpsControl, MpsControlError, fake_program
-from accel_plugins.backends.nvidia.mps_daemon import Daemons
-from accel_plugins.backends.nvidia.mps_plan import DaemonPlan, SharedGpu, daemon_plans
-from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
-from accel_plugins.backends.nvidia.mps_root import MpsRoot
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.mps.fake_mps_control import COMMANDS_FILE, PID_FILE
+from accel_plugins.backends.nvidia.mps.mps_control import MpsControl, MpsControlError, fake_program
+from accel_plugins.backends.nvidia.mps.mps_daemon import Daemons
+from accel_plugins.backends.nvidia.mps.mps_plan import DaemonPlan, SharedGpu, daemon_plans
+from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
+from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.cli import main
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, Health, Mount

@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.backends.nvidia.config import ReplicaDevices, ReplicatedResource, TimeSlicing
+from accel_plugins.backends.nvidia.config.config import (
+    ReplicaDevices,
+    ReplicatedResource,
+    TimeSlicing,
+)
 from accel_plugins.backends.nvidia.discovery import Gpu, MigDevice, Node
-from accel_plugins.backends.nvidia.node_labels import (
+from accel_plugins.backends.nvidia.labels.node_labels import (
     LabelFacts,
     Sharing,
     arch_family,

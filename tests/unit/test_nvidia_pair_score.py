@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_plugins.backends.nvidia.discovery import discover
-from accel_plugins.backends.nvidia.nvml import session
-from accel_plugins.backends.nvidia.pair_score import (
+from accel_plugins.backends.nvidia.allocation.pair_score import (
     LEVEL_OF_PCIE,
     PCIE_OF_LEVEL,
     LinkMatrix,
@@ -14,7 +12,9 @@ from accel_plugins.backends.nvidia.pair_score import (
     link_score,
     parse_link,
 )
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.discovery import discover
+from accel_plugins.backends.nvidia.nvml import session
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from tests.nvidia_fixtures import profile
 
 

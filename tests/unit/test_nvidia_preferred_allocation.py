@@ -12,7 +12,7 @@ import pytest
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.command import COMMAND
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     ReplicaDevices,
     ReplicatedResource,
     TimeSlicing,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_plugins.backends.nvidia.replica_policy import Slice, choose, packed, spread
+from accel_plugins.backends.nvidia.allocation.replica_policy import Slice, choose, packed, spread
 
 
 def replicas(free: dict[int, int], *, total: int = 4) -> list[Slice]:

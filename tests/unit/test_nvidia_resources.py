@@ -10,7 +10,7 @@ from accel_plugins.backends.nvidia.discovery import Node, discover
 from accel_plugins.backends.nvidia.facts import GpuFacts, gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from tests.nvidia_fixtures import profile
 
 

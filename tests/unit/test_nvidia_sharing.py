@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.backends.nvidia.config import TimeSlicing, load_config_file
+from accel_plugins.backends.nvidia.config.config import TimeSlicing, load_config_file
 from accel_plugins.backends.nvidia.discovery import discover
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.nvml import session
 from accel_plugins.backends.nvidia.resources import build_resources
 from accel_plugins.backends.nvidia.sharing import apply_time_slicing, base_id
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.device import Device
 from tests.nvidia_fixtures import profile, simulated_backend

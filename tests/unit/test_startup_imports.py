@@ -33,17 +33,18 @@ NOT_BEFORE_SERVING = {
         "yaml",  # no --config: nothing to parse
         "pynvml",  # loaded by Pynvml.init, not at import
         "accel_plugins.plugin.cdi",
-        "accel_plugins.backends.nvidia.cdi_spec",
-        "accel_plugins.backends.nvidia.mps_root",
-        "accel_plugins.backends.nvidia.mps_readiness",
-        "accel_plugins.backends.nvidia.label_facts",
-        "accel_plugins.backends.nvidia.node_labels",
+        "accel_plugins.backends.nvidia.cdi.cdi_spec",
+        "accel_plugins.backends.nvidia.mps.mps_root",
+        "accel_plugins.backends.nvidia.mps.mps_readiness",
+        "accel_plugins.backends.nvidia.labels.label_facts",
+        "accel_plugins.backends.nvidia.labels.node_labels",
         "accel_plugins.backends.nvidia.dra_attributes",
         "accel_plugins.backends.nvidia.telemetry",
-        "accel_plugins.backends.nvidia.preferred_allocation",
-        "accel_plugins.backends.nvidia.best_effort_search",  # the link matrix: first preference
-        "accel_plugins.backends.nvidia.simulate",
-        "accel_plugins.backends.nvidia.simulated_profile",
+        "accel_plugins.backends.nvidia.allocation.preferred_allocation",
+        # the link matrix: first preference
+        "accel_plugins.backends.nvidia.allocation.best_effort_search",
+        "accel_plugins.backends.nvidia.simulate.simulate",
+        "accel_plugins.backends.nvidia.simulate.simulated_profile",
         "accel_plugins.plugin.dra_attributes",
         "accel_plugins.dra",
         "difflib",

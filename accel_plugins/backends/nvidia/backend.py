@@ -8,7 +8,7 @@ from collections.abc import Collection, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings
 from accel_plugins.backends.nvidia.discovery import Gpu, Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     # path from exec to registration (issue 17's start-up budget).
     from prometheus_client.metrics_core import Metric
 
-    from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
-    from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
-    from accel_plugins.backends.nvidia.node_labels import LabelFacts
-    from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+    from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
+    from accel_plugins.backends.nvidia.cdi.cdi_spec import NvidiaCdi
+    from accel_plugins.backends.nvidia.labels.node_labels import LabelFacts
+    from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
     from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 
@@ -191,8 +191,8 @@ class NvidiaBackend:
             if self.cdi is not None:
                 await asyncio.to_thread(self._write_cdi, node)
             if self._mps_resources:
-                from accel_plugins.backends.nvidia.mps_readiness import MpsReadiness
-                from accel_plugins.backends.nvidia.mps_root import MpsRoot
+                from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
+                from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 
                 self._mps = MpsReadiness(
                     MpsRoot(Path(self.settings.mps_root)),
@@ -234,7 +234,7 @@ class NvidiaBackend:
 
     def _read_label_facts(self, node: Node) -> LabelFacts | None:
         """Driver/CUDA versions and compute capabilities, for DRA attributes (best effort)."""
-        from accel_plugins.backends.nvidia.label_facts import LabelNvml, read_label_facts
+        from accel_plugins.backends.nvidia.labels.label_facts import LabelNvml, read_label_facts
 
         if not isinstance(self.nvml, LabelNvml):
             return None
@@ -312,7 +312,7 @@ class NvidiaBackend:
 
         allocation = container_allocation(devices, self.settings.allocate)
         if mps:
-            from accel_plugins.backends.nvidia.mps_root import with_mps
+            from accel_plugins.backends.nvidia.mps.mps_root import with_mps
 
             return with_mps(allocation, resource, Path(self.settings.mps_root))
         return allocation
@@ -339,13 +339,13 @@ class NvidiaBackend:
         must_include: Sequence[Device],
         size: int,
     ) -> Sequence[str]:
-        """Topology-aware choice: see :mod:`accel_plugins.backends.nvidia.preferred_allocation`."""
-        from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices
+        """Topology-aware choice: see :mod:`.allocation.preferred_allocation`."""
+        from accel_plugins.backends.nvidia.allocation.preferred_allocation import preferred_devices
 
         check_preferred_request(resource, available, must_include, size)
         links = self._links
         if links is None:  # two first calls at once both build it: same result
-            from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+            from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
 
             links = self._links = LinkMatrix.from_gpus(self._link_gpus)
         return preferred_devices(

@@ -27,13 +27,13 @@ SIMULATED_PROFILES = ("a100-mig", "dgx-a100", "dgx-h100", "pcie-4gpu", "pcie-8gp
 
 
 def _device_list(text: str) -> tuple[str, ...]:
-    from accel_plugins.backends.nvidia.config import parse_device_list_strategy
+    from accel_plugins.backends.nvidia.config.config import parse_device_list_strategy
 
     return parse_device_list_strategy(text)
 
 
 def _channel_ids(text: str) -> tuple[int, ...]:
-    from accel_plugins.backends.nvidia.config import parse_channel_ids
+    from accel_plugins.backends.nvidia.config.config import parse_channel_ids
 
     return parse_channel_ids(text)
 

@@ -7,9 +7,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from accel_plugins.backends.nvidia.allocation.pair_score import PCIE_OF_LEVEL, PairLink
 from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError
 from accel_plugins.backends.nvidia.nvml import Handle, MigPlacement, Nvml
-from accel_plugins.backends.nvidia.pair_score import PCIE_OF_LEVEL, PairLink
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import contextlib
 from pathlib import Path
 
 from accel_plugins.backends.nvidia.facts import known_gpu
-from accel_plugins.backends.nvidia.node_labels import LabelFacts
+from accel_plugins.backends.nvidia.labels.node_labels import LabelFacts
 from accel_plugins.backends.nvidia.nvml import normalize_bus_id
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import (

@@ -31,5 +31,17 @@ class GpuLostError(NvmlError):
     """The GPU fell off the bus or stopped answering; only that device is affected."""
 
 
+class NvmlFunctionMissingError(NvmlNotSupportedError):
+    """The loaded library predates the call (NVML_ERROR_FUNCTION_NOT_FOUND)."""
+
+
+class NvmlInvalidArgumentError(NvmlError):
+    """NVML_ERROR_INVALID_ARGUMENT, e.g. a link index past the GPU's last link."""
+
+
+class NvmlTimeoutError(NvmlError):
+    """NVML_ERROR_TIMEOUT: an event wait ended with no event."""
+
+
 class NvmlInitError(BackendError):
     """NVML could not be loaded or initialised; the message says what was tried."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
-from accel_plugins.backends.nvidia.config import (
+from accel_plugins.backends.nvidia.config.config import (
     NvidiaSettings,
     Overrides,
     cdi_only_warnings,
@@ -31,8 +31,8 @@ from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory
 
 if TYPE_CHECKING:  # the CDI writer and the simulated node load only when asked for
-    from accel_plugins.backends.nvidia.cdi_spec import NvidiaCdi
-    from accel_plugins.backends.nvidia.simulated_profile import NodeProfile
+    from accel_plugins.backends.nvidia.cdi.cdi_spec import NvidiaCdi
+    from accel_plugins.backends.nvidia.simulate.simulated_profile import NodeProfile
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | No
     """The CDI spec writer when a CDI device-list strategy is selected (else None)."""
     if not any(s in CDI_STRATEGIES for s in settings.allocate.device_list_strategies):
         return None
-    from accel_plugins.backends.nvidia.cdi_spec import CdiOptions, NvidiaCdi
+    from accel_plugins.backends.nvidia.cdi.cdi_spec import CdiOptions, NvidiaCdi
     from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 
     options = CdiOptions(
@@ -128,8 +128,8 @@ def simulated_backend(
     cdi_spec_dir: str | None = None,
 ) -> Backend:
     """A backend over a simulated node (``demo``, previews); ``profile`` is a name or file."""
-    from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-    from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+    from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+    from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 
     node = load_profile(profile) if isinstance(profile, str) else profile
     settings = settings or NvidiaSettings()
@@ -147,7 +147,7 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
     simulate = options.get("simulate")
     profile: NodeProfile | None = None
     if simulate:
-        from accel_plugins.backends.nvidia.builtin_profiles import load_profile
+        from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 
         profile = load_profile(simulate)
     library = options.get("nvml_library")
@@ -166,7 +166,7 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
 
     features = options.get("nfd_features_file")
     if features:
-        from accel_plugins.backends.nvidia.feature_file import labelled
+        from accel_plugins.backends.nvidia.labels.feature_file import labelled
 
         return labelled(factory, Path(features))
     return factory

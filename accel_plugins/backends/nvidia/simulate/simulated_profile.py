@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.pair_score import parse_link
+from accel_plugins.backends.nvidia.allocation.pair_score import parse_link
 from accel_plugins.configfields import Fields
 
 _MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb$")

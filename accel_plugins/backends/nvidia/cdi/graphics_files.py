@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import PurePosixPath
 
-from accel_plugins.backends.nvidia.driver_files import LIBRARY_DIRS, DriverRoot
+from accel_plugins.backends.nvidia.cdi.driver_files import LIBRARY_DIRS, DriverRoot
 
 CONFIGS = (
     "glvnd/egl_vendor.d/10_nvidia.json",

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def _program(text: str) -> tuple[str, ...]:
-    from accel_plugins.backends.nvidia.mps_control import parse_program
+    from accel_plugins.backends.nvidia.mps.mps_control import parse_program
 
     return parse_program(text)
 
@@ -42,7 +42,7 @@ SUMMARY = "run an MPS control daemon for each MPS-shared NVIDIA resource (sharin
 
 def run(options: Mapping[str, Any], environ: Mapping[str, str]) -> int:
     """Validate (ConfigError: exit 2), then supervise until SIGTERM/SIGINT; SIGHUP reloads."""
-    from accel_plugins.backends.nvidia.mps_startup import load_daemons
+    from accel_plugins.backends.nvidia.mps.mps_startup import load_daemons
 
     load_daemons(options, environ)  # refuse a bad config before anything starts
 

@@ -1,4 +1,4 @@
-"""NVIDIA's plugin config file (format v1), and how it merges with flags and env.
+"""NVIDIA's plugin config file (format v1): read and checked as NVIDIA's plugin does.
 
 Every field of NVIDIA's ``api/config/v1`` at NVIDIA's path, read as NVIDIA's
 plugin reads it (see :mod:`config_syntax`: keys ignoring case, numbers as text
@@ -48,7 +48,7 @@ mps-control-daemon limit), ``timeSlicing`` or ``mps`` without resources, a
 ``devices`` entry that is no GPU index, MIG index or UUID, a
 resource name NVIDIA's ``NewResourceName`` refuses, IMEX channel IDs other than
 ``[]`` or ``[0]``, unknown values of the strategies. Checks NVIDIA makes after
-merging flags (``validateFlags``) are made in :func:`resolve`, so a flag can
+merging flags (``validateFlags``) are made in :func:`.resolve.resolve`, so a flag can
 override a bad file value as it can there. Keys NVIDIA does not define load,
 as there, with a warning naming the closest known key; ``--strict-config``
 refuses them.
@@ -70,51 +70,30 @@ error. Precedence is flag > env > file > built-in default.
 
 from __future__ import annotations
 
-import logging
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.config_syntax import (
+from accel_plugins.backends.nvidia.allocation.replica_policy import POLICIES
+from accel_plugins.backends.nvidia.config.config_syntax import (
     GoReader,
     is_gpu_uuid,
     is_mig_index,
     is_mig_uuid,
     is_uint,
 )
-from accel_plugins.backends.nvidia.container_contract import (
-    CDI_STRATEGIES,
-    DEFAULT_CDI_ANNOTATION_PREFIX,
-    DEVICE_ID_STRATEGIES,
-    DEVICE_LIST_STRATEGIES,
-    AllocateSettings,
+from accel_plugins.backends.nvidia.config.settings import (
+    MAX_REPLICAS,
+    MPS_MAX_CLIENTS,
+    REPLICA_POLICIES,
+    VERSION,
+    FileConfig,
+    GfdFlags,
+    ReplicaDevices,
+    ReplicatedResource,
+    ResourcePattern,
+    TimeSlicing,
 )
-from accel_plugins.backends.nvidia.replica_policy import PACKED, POLICIES, SPREAD
 from accel_plugins.configfields import plain_kind
-from accel_plugins.errors import ConfigError
-
-log = logging.getLogger(__name__)
-
-MIG_STRATEGIES = ("none", "single", "mixed")
-REPLICA_POLICIES = POLICIES
-# NVIDIA's sharedDevicesAllocationPolicy values, and the replica policy each one names.
-SHARED_DEVICES_POLICIES = ("distributed", "packed")
-POLICY_OF_SHARED: dict[str, str] = {"distributed": SPREAD, "packed": PACKED}
-DEVICE_DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra")
-VERSION = "v1"
-DEFAULT_RECOVERY_SECONDS = 60.0
-DEFAULT_NVIDIA_CTK_PATH = "/usr/bin/nvidia-ctk"
-DEFAULT_CONTAINER_DRIVER_ROOT = "/driver-root"
-VALID_IMEX_CHANNEL_IDS = ((), (0,))
-# A million replicas took half a minute to build and could never reach the kubelet
-# (4 MiB ListAndWatch limit, ~70,000 devices); refuse absurd counts up front.
-MAX_REPLICAS = 10_000
-# NVIDIA's mps-control-daemon (mps/device.go): 48 clients per MPS server from Volta on
-# (16 before; our NVML adapter reads no compute capability, and current drivers need Volta+).
-MPS_MAX_CLIENTS = 48
-DEFAULT_MPS_ROOT = "/run/nvidia/mps"
-"""Where NVIDIA's chart puts the MPS root on the host (values.yaml ``mps.root``)."""
 
 # The keys of NVIDIA's structs (api/config/v1), in NVIDIA's order.
 _TOP = ("version", "flags", "resources", "sharing", "imex")
@@ -150,200 +129,6 @@ _REPLICA = ("name", "rename", "devices", "replicas")
 _IMEX = ("channelIDs", "required")
 # Ours: sharing.timeSlicing.replicaPolicy (NVIDIA's plugin ignores it).
 _TIME_SLICING = (*_REPLICATED, "replicaPolicy")
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaDevices:
-    """Which devices of a resource are shared: all, the first ``count``, or ``refs``."""
-
-    all: bool = False
-    count: int = 0
-    refs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicatedResource:
-    name: str
-    rename: str
-    devices: ReplicaDevices
-    replicas: int
-    where: str = ""
-    """Field path in the file, for errors found once devices are known."""
-
-
-@dataclass(frozen=True, slots=True)
-class TimeSlicing:
-    """A ``sharing.timeSlicing`` (or ``sharing.mps``) section: NVIDIA's ReplicatedResources."""
-
-    rename_by_default: bool = False
-    fail_requests_greater_than_one: bool = False
-    resources: tuple[ReplicatedResource, ...] = ()
-
-
-def share_all(
-    replicas: int, *, resource: str = "nvidia.com/gpu", rename_by_default: bool = False
-) -> TimeSlicing:
-    """Time-slice every device of ``resource`` (what ``demo`` shows), as a config would."""
-    rename = f"{resource}.shared" if rename_by_default else resource
-    entry = ReplicatedResource(resource, rename, ReplicaDevices(all=True), replicas, "share_all")
-    return TimeSlicing(rename_by_default=rename_by_default, resources=(entry,))
-
-
-@dataclass(frozen=True, slots=True)
-class GfdFlags:
-    """``flags.gfd``: gpu-feature-discovery's; parsed and checked, not used by the plugin."""
-
-    oneshot: bool | None = None
-    no_timestamp: bool | None = None
-    sleep_interval: float | None = None
-    """Seconds; ``inf`` for ``infinite``."""
-    output_file: str | None = None
-    machine_type_file: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ResourcePattern:
-    """One ``resources.gpus``/``mig`` entry: devices matching ``pattern`` become ``name``."""
-
-    pattern: str
-    name: str
-
-    def matches(self, text: str) -> bool:
-        """NVIDIA's wildcard match: ``*`` is any run of characters, the rest literal, all of it."""
-        regex = ".*".join(re.escape(part) for part in self.pattern.split("*"))
-        return re.fullmatch(regex, text) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Imex:
-    """``imex``: the IMEX channels every container with a device gets."""
-
-    channel_ids: tuple[int, ...] = ()
-    required: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FileConfig:
-    """What a config file sets; None means "not set here".
-
-    Values NVIDIA checks only after merging flags (the strategies, the
-    policies, the IMEX channel IDs) are kept as written; :func:`resolve`
-    checks what is left of them.
-    """
-
-    source: str
-    mig_strategy: str | None = None
-    fail_on_init_error: bool | None = None
-    mps_root: str | None = None
-    nvidia_driver_root: str | None = None
-    nvidia_dev_root: str | None = None
-    gdrcopy_enabled: bool | None = None
-    gds_enabled: bool | None = None
-    mofed_enabled: bool | None = None
-    use_node_feature_api: bool | None = None
-    device_discovery_strategy: str | None = None
-    pass_device_specs: bool | None = None
-    device_list_strategy: tuple[str, ...] | None = None
-    device_id_strategy: str | None = None
-    cdi_annotation_prefix: str | None = None
-    nvidia_ctk_path: str | None = None
-    container_driver_root: str | None = None
-    shared_devices_allocation_policy: str | None = None
-    gfd: GfdFlags | None = None
-    resources_gpus: tuple[ResourcePattern, ...] = ()
-    resources_mig: tuple[ResourcePattern, ...] = ()
-    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
-    mps: TimeSlicing | None = None
-    replica_policy: str | None = None
-    """Ours: ``sharing.timeSlicing.replicaPolicy`` (spread or packed)."""
-    imex_channel_ids: tuple[int, ...] | None = None
-    imex_required: bool | None = None
-    ignored: tuple[str, ...] = ()
-    """Field paths of the keys NVIDIA's v1 does not define (loaded with a warning)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Overrides:
-    """Values from flags or their environment twins; None means "not given"."""
-
-    mig_strategy: str | None = None
-    fail_on_init_error: bool | None = None
-    mps_root: str | None = None
-    nvidia_driver_root: str | None = None
-    nvidia_dev_root: str | None = None
-    gdrcopy_enabled: bool | None = None
-    gds_enabled: bool | None = None
-    mofed_enabled: bool | None = None
-    device_discovery_strategy: str | None = None
-    pass_device_specs: bool | None = None
-    device_list_strategy: tuple[str, ...] | None = None
-    device_id_strategy: str | None = None
-    cdi_annotation_prefix: str | None = None
-    nvidia_ctk_path: str | None = None
-    container_driver_root: str | None = None
-    imex_channel_ids: tuple[int, ...] | None = None
-    imex_required: bool | None = None
-    cdi_feature_flags: tuple[str, ...] | None = None
-    cdi_disable_hooks: tuple[str, ...] | None = None
-    health_recovery_seconds: float | None = None
-    replica_policy: str | None = None
-    shared_devices_allocation_policy: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NvidiaSettings:
-    """The resolved configuration the backend runs with."""
-
-    mig_strategy: str = "none"
-    fail_on_init_error: bool = True
-    driver_root: Path = Path("/")
-    dev_root: Path = Path("/")
-    """Where the GPU device nodes are on the host (NVIDIA's nvidiaDevRoot)."""
-    allocate: AllocateSettings = field(default_factory=AllocateSettings)
-    time_slicing: TimeSlicing = field(default_factory=TimeSlicing)
-    mps: TimeSlicing | None = None
-    """``sharing.mps``, validated; served once the MPS control daemon exists."""
-    mps_root: str = ""
-    replica_policy: str = SPREAD
-    """How GetPreferredAllocation picks time-sliced replicas: spread or packed."""
-    device_discovery_strategy: str = "auto"
-    nvidia_ctk_path: str = DEFAULT_NVIDIA_CTK_PATH
-    container_driver_root: str = DEFAULT_CONTAINER_DRIVER_ROOT
-    cdi_feature_flags: tuple[str, ...] = ()
-    cdi_disable_hooks: tuple[str, ...] = ()
-    imex: Imex = field(default_factory=Imex)
-    imex_source: tuple[str, str] = ("", "")
-    """(source, field) of the IMEX channel IDs, for errors about them."""
-    disable_healthchecks: str = ""
-    enable_healthchecks: str = ""
-    health_recovery_seconds: float = DEFAULT_RECOVERY_SECONDS
-    source: str | None = None
-
-
-def parse_device_list_strategy(text: str) -> tuple[str, ...]:
-    """``envvar,cdi-annotations`` -> a validated tuple (flag and env form), repeats dropped."""
-    items = tuple(part.strip() for part in text.split(",") if part.strip())
-    _check_strategies(items, ValueError)
-    return tuple(dict.fromkeys(items))
-
-
-def parse_channel_ids(text: str) -> tuple[int, ...]:
-    """``0`` or ``0,1`` (flag and env form of ``--imex-channel-ids``)."""
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    if not all(is_uint(item) for item in items):
-        raise ValueError(f"expected channel numbers separated by commas, got {text!r}")
-    return tuple(int(item) for item in items)
-
-
-def parse_list(text: str) -> tuple[str, ...]:
-    """``a,b`` -> ("a", "b"): a comma-separated flag value (urfave/cli's string slice)."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _check_strategies(items: Sequence[str], make: Callable[[str], Exception]) -> None:
-    for item in items:
-        if item not in DEVICE_LIST_STRATEGIES:
-            raise make(f"unknown strategy {item!r} (known: {', '.join(DEVICE_LIST_STRATEGIES)})")
 
 
 def parse_config(data: object, source: str, *, strict: bool = False) -> FileConfig:
@@ -665,203 +450,3 @@ def load_config_file(path: Path, *, strict: bool = False) -> FileConfig:
     from accel_plugins import yamlfile  # PyYAML only when there is a file: not on --simulate alone
 
     return parse_config(yamlfile.load(path, "config file"), str(path), strict=strict)
-
-
-def _choice(value: str, choices: Sequence[str]) -> str | None:
-    """The reason ``value`` is refused, or None."""
-    return None if value in choices else f"{value!r} is not one of {', '.join(choices)}"
-
-
-def resolve(
-    overrides: Overrides,
-    file: FileConfig | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> NvidiaSettings:
-    """Merge flag/env values over the file over the defaults, then check what NVIDIA checks."""
-    f = file or FileConfig(source="")
-    env = environ or {}
-
-    def merged(flag: object, from_file: object, default: object) -> object:
-        if flag is not None:
-            return flag
-        return from_file if from_file is not None else default
-
-    def checked(flag: str | None, from_file: str | None, where: str, choices: Sequence[str]) -> str:
-        """A choice from the flag (argparse checked it) or the file (checked here), or ""."""
-        if flag is not None:
-            return flag
-        if from_file is None:
-            return ""
-        problem = _choice(from_file, choices)
-        if problem:
-            raise ConfigError(f.source, where, problem)
-        return from_file
-
-    recovery = overrides.health_recovery_seconds
-    recovery = DEFAULT_RECOVERY_SECONDS if recovery is None else recovery
-    if recovery < 0:
-        raise ConfigError("--health-recovery-seconds", "", f"must be >= 0, got {recovery}")
-    mig = checked(overrides.mig_strategy, f.mig_strategy, "flags.migStrategy", MIG_STRATEGIES)
-    mig = mig or "none"
-    id_strategy = checked(
-        overrides.device_id_strategy,
-        f.device_id_strategy,
-        "flags.plugin.deviceIDStrategy",
-        DEVICE_ID_STRATEGIES,
-    )
-    discovery = checked(
-        overrides.device_discovery_strategy,
-        f.device_discovery_strategy,
-        "flags.deviceDiscoveryStrategy",
-        DEVICE_DISCOVERY_STRATEGIES,
-    )
-    strategies = _strategies(overrides, f)
-    policy = _replica_policy(overrides, f)
-    driver_root = str(merged(overrides.nvidia_driver_root, f.nvidia_driver_root, "/")) or "/"
-    # NVIDIA: a dev root that is not set (or empty) is the driver root (config.go).
-    dev_root = str(merged(overrides.nvidia_dev_root, f.nvidia_dev_root, "")) or driver_root
-    imex, imex_source = _imex(overrides, f)
-    mps_root = str(merged(overrides.mps_root, f.mps_root, ""))
-    _check_mps(f, mig, mps_root)
-    gdrcopy = bool(merged(overrides.gdrcopy_enabled, f.gdrcopy_enabled, False))
-    gds = bool(merged(overrides.gds_enabled, f.gds_enabled, False))
-    mofed = bool(merged(overrides.mofed_enabled, f.mofed_enabled, False))
-    prefix = merged(overrides.cdi_annotation_prefix, f.cdi_annotation_prefix, None)
-    return NvidiaSettings(
-        mig_strategy=mig,
-        fail_on_init_error=bool(merged(overrides.fail_on_init_error, f.fail_on_init_error, True)),
-        driver_root=Path(driver_root),
-        dev_root=Path(dev_root),
-        allocate=AllocateSettings(
-            device_list_strategies=strategies,
-            device_id_strategy=id_strategy or "uuid",
-            pass_device_specs=bool(merged(overrides.pass_device_specs, f.pass_device_specs, False)),
-            dev_root=Path(dev_root),
-            cdi_annotation_prefix=str(prefix) if prefix else DEFAULT_CDI_ANNOTATION_PREFIX,
-            gdrcopy_enabled=gdrcopy,
-            gds_enabled=gds,
-            mofed_enabled=mofed,
-        ),
-        time_slicing=f.time_slicing,
-        mps=f.mps,
-        mps_root=mps_root,
-        replica_policy=policy,
-        device_discovery_strategy=discovery or "auto",
-        nvidia_ctk_path=str(
-            merged(overrides.nvidia_ctk_path, f.nvidia_ctk_path, DEFAULT_NVIDIA_CTK_PATH)
-        ),
-        container_driver_root=str(
-            merged(
-                overrides.container_driver_root,
-                f.container_driver_root,
-                DEFAULT_CONTAINER_DRIVER_ROOT,
-            )
-        ),
-        cdi_feature_flags=overrides.cdi_feature_flags or (),
-        cdi_disable_hooks=overrides.cdi_disable_hooks or (),
-        imex=imex,
-        imex_source=imex_source,
-        disable_healthchecks=env.get("DP_DISABLE_HEALTHCHECKS", ""),
-        enable_healthchecks=env.get("DP_ENABLE_HEALTHCHECKS", ""),
-        health_recovery_seconds=float(recovery),
-        source=f.source or None,
-    )
-
-
-def _strategies(overrides: Overrides, f: FileConfig) -> tuple[str, ...]:
-    if overrides.device_list_strategy is not None:
-        return overrides.device_list_strategy
-    if f.device_list_strategy is None:
-        return ("envvar",)
-    where = "flags.plugin.deviceListStrategy"
-    _check_strategies(f.device_list_strategy, lambda reason: ConfigError(f.source, where, reason))
-    strategies = tuple(dict.fromkeys(f.device_list_strategy))
-    if not strategies:
-        log.warning(
-            "%s: %s: lists no strategy: containers get no device list (as with NVIDIA's plugin)",
-            f.source,
-            where,
-        )
-    return strategies
-
-
-def _replica_policy(overrides: Overrides, f: FileConfig) -> str:
-    """NVIDIA's sharedDevicesAllocationPolicy and our replicaPolicy alias, flag over file."""
-    policy = overrides.replica_policy
-    if overrides.shared_devices_allocation_policy is not None:
-        named = POLICY_OF_SHARED[overrides.shared_devices_allocation_policy]
-        if policy is not None and policy != named:
-            raise ConfigError(
-                "--replica-policy",
-                "",
-                f"{policy!r} contradicts --shared-devices-allocation-policy "
-                f"{overrides.shared_devices_allocation_policy!r} (the same setting: "
-                f"{SPREAD} is distributed)",
-            )
-        policy = named
-    if policy is not None:
-        return policy
-    shared = f.shared_devices_allocation_policy
-    if shared is None:
-        return f.replica_policy or SPREAD
-    where = "flags.plugin.sharedDevicesAllocationPolicy"
-    problem = _choice(shared, SHARED_DEVICES_POLICIES)
-    if problem:
-        raise ConfigError(f.source, where, problem)
-    named = POLICY_OF_SHARED[shared]
-    if f.replica_policy is not None and f.replica_policy != named:
-        raise ConfigError(
-            f.source,
-            "sharing.timeSlicing.replicaPolicy",
-            f"{f.replica_policy!r} contradicts {where} {shared!r} "
-            f"(the same setting: {SPREAD} is distributed)",
-        )
-    return named
-
-
-def _imex(overrides: Overrides, f: FileConfig) -> tuple[Imex, tuple[str, str]]:
-    if overrides.imex_channel_ids is not None:
-        ids, source = overrides.imex_channel_ids, ("--imex-channel-ids", "")
-    else:
-        ids, source = f.imex_channel_ids or (), (f.source, "imex.channelIDs")
-    if ids not in VALID_IMEX_CHANNEL_IDS:
-        raise ConfigError(*source, f"channelIDs must be [] or [0]; found {list(ids)}")
-    required = overrides.imex_required
-    required = f.imex_required if required is None else required
-    return Imex(channel_ids=ids, required=bool(required)), source
-
-
-def _check_mps(f: FileConfig, mig: str, mps_root: str) -> None:
-    """NVIDIA's validateFlags for MPS sharing (every MPS entry has >= 2 replicas)."""
-    if f.mps is None:
-        return
-    if mig == "mixed":
-        raise ConfigError(f.source, "sharing.mps", "MIG strategy mixed is not supported with MPS")
-    if not mps_root:
-        raise ConfigError(
-            f.source, "sharing.mps", "MPS needs an MPS root: --mps-root, MPS_ROOT or flags.mpsRoot"
-        )
-
-
-def cdi_only_warnings(settings: NvidiaSettings) -> list[str]:
-    """What a CDI device-list strategy leaves out that NVIDIA's plugin would name."""
-    allocate = settings.allocate
-    if not any(s in CDI_STRATEGIES for s in allocate.device_list_strategies):
-        return []
-    enabled = [
-        name
-        for name, on in (
-            ("gdrcopy", allocate.gdrcopy_enabled),
-            ("gds", allocate.gds_enabled),
-            ("mofed", allocate.mofed_enabled),
-        )
-        if on
-    ]
-    if not enabled:
-        return []
-    return [
-        f"{', '.join(enabled)} enabled with a CDI strategy: containers get the NVIDIA_* "
-        "variables; NVIDIA's plugin also names its own CDI devices for them "
-        "(k8s.device-plugin.nvidia.com/<mode>=all), whose specs this plugin does not write "
-        "(it writes the gpu and imex-channel specs only)"
-    ]

@@ -12,11 +12,11 @@ import logging
 from pathlib import Path
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings
 from accel_plugins.backends.nvidia.discovery import discover
 from accel_plugins.backends.nvidia.errors import NvmlError
-from accel_plugins.backends.nvidia.label_facts import LabelNvml, read_label_facts
-from accel_plugins.backends.nvidia.node_labels import Sharing, node_labels, render
+from accel_plugins.backends.nvidia.labels.label_facts import LabelNvml, read_label_facts
+from accel_plugins.backends.nvidia.labels.node_labels import Sharing, node_labels, render
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.nfd import write_feature_file
 from accel_plugins.plugin.backend import Backend

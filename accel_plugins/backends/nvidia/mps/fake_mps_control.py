@@ -1,6 +1,6 @@
 """A stand-in for ``nvidia-cuda-mps-control``, for tests, ``demo`` and ``--simulate``.
 
-Run as ``python -m accel_plugins.backends.nvidia.fake_mps_control`` with the
+Run as ``python -m accel_plugins.backends.nvidia.mps.fake_mps_control`` with the
 real program's arguments and environment (``CUDA_MPS_PIPE_DIRECTORY``,
 ``CUDA_MPS_LOG_DIRECTORY``):
 

@@ -39,6 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from accel_plugins.backends.nvidia.cdi.driver_files import DriverRoot
+from accel_plugins.backends.nvidia.cdi.drm_nodes import by_path_links, drm_nodes, has_graphics
+from accel_plugins.backends.nvidia.cdi.graphics_files import Graphics
 from accel_plugins.backends.nvidia.container_contract import (
     CDI_IMEX_KIND,
     CDI_KIND,
@@ -49,9 +52,6 @@ from accel_plugins.backends.nvidia.container_contract import (
     mig_nodes,
 )
 from accel_plugins.backends.nvidia.discovery import Node
-from accel_plugins.backends.nvidia.driver_files import DriverRoot
-from accel_plugins.backends.nvidia.drm_nodes import by_path_links, drm_nodes, has_graphics
-from accel_plugins.backends.nvidia.graphics_files import Graphics
 from accel_plugins.plugin.cdi import (
     DEFAULT_SPEC_DIR,
     CdiDevice,

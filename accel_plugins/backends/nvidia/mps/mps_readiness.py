@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.mps_root import MpsRoot
+from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.errors import BackendError
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
 

@@ -41,7 +41,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from accel_plugins.backends.nvidia import ldcache
+from accel_plugins.backends.nvidia.cdi import ldcache
 
 LIBRARY_DIRS = (
     "/usr/lib64",

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.builtin_profiles import load_profile
-from accel_plugins.backends.nvidia.config import NvidiaSettings
+from accel_plugins.backends.nvidia.config.config import NvidiaSettings
 from accel_plugins.backends.nvidia.factory import runnable_settings
-from accel_plugins.backends.nvidia.mps_control import PROGRAM, fake_program
-from accel_plugins.backends.nvidia.mps_daemon import Daemons
-from accel_plugins.backends.nvidia.mps_plan import daemon_plans
-from accel_plugins.backends.nvidia.mps_root import MpsRoot
+from accel_plugins.backends.nvidia.mps.mps_control import PROGRAM, fake_program
+from accel_plugins.backends.nvidia.mps.mps_daemon import Daemons
+from accel_plugins.backends.nvidia.mps.mps_plan import daemon_plans
+from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.backends.nvidia.nvml import Nvml, Pynvml
-from accel_plugins.backends.nvidia.simulate import SimulatedNvml
+from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
+from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 
 
 def load_daemons(options: Mapping[str, Any], environ: Mapping[str, str]) -> Daemons:

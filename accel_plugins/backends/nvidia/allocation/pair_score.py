@@ -155,7 +155,7 @@ class LinkMatrix:
         self.weights: tuple[tuple[int, ...], ...] = tuple(tuple(row) for row in weights)
         nodes = numa or {}
         # The search loads with the first matrix, not with discovery's link tables above.
-        from accel_plugins.backends.nvidia.best_effort_search import Partitioner
+        from accel_plugins.backends.nvidia.allocation.best_effort_search import Partitioner
 
         self.partitioner = Partitioner(self.weights, numa=[nodes.get(g) for g in self.gpus])
 
@@ -182,7 +182,7 @@ class LinkMatrix:
 
         ValueError for an index the matrix does not know or an impossible request.
         """
-        from accel_plugins.backends.nvidia.best_effort_search import mask_of, positions
+        from accel_plugins.backends.nvidia.allocation.best_effort_search import mask_of, positions
 
         try:
             free = mask_of([self._position[g] for g in available])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.simulated_profile import (
+from accel_plugins.backends.nvidia.simulate.simulated_profile import (
     NodeProfile,
     load_profile_file,
     parse_profile,

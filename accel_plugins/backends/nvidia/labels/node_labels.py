@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accel_plugins.backends.nvidia.config import TimeSlicing
+from accel_plugins.backends.nvidia.config.config import TimeSlicing
 from accel_plugins.backends.nvidia.discovery import Gpu, MigDevice, Node
 
 log = logging.getLogger(__name__)

@@ -23,9 +23,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.mps_control import MpsControl, MpsControlError
-from accel_plugins.backends.nvidia.mps_plan import DaemonPlan
-from accel_plugins.backends.nvidia.mps_root import MpsRoot
+from accel_plugins.backends.nvidia.mps.mps_control import MpsControl, MpsControlError
+from accel_plugins.backends.nvidia.mps.mps_plan import DaemonPlan
+from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from accel_plugins.backends.nvidia.discovery import Node
 from accel_plugins.backends.nvidia.errors import NvmlError
-from accel_plugins.backends.nvidia.node_labels import LabelFacts
+from accel_plugins.backends.nvidia.labels.node_labels import LabelFacts
 from accel_plugins.backends.nvidia.nvml import Handle
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from accel_plugins.backends.nvidia.allocation.pair_score import LEVEL_OF_PCIE, parse_link
 from accel_plugins.backends.nvidia.errors import (
     GpuLostError,
     NvmlError,
@@ -42,8 +43,7 @@ from accel_plugins.backends.nvidia.nvml import (
     Utilization,
     XidEvent,
 )
-from accel_plugins.backends.nvidia.pair_score import LEVEL_OF_PCIE, parse_link
-from accel_plugins.backends.nvidia.simulated_profile import (
+from accel_plugins.backends.nvidia.simulate.simulated_profile import (
     NodeProfile,
     SimEvent,
     mig_uuid,

@@ -46,7 +46,30 @@ Scores never change for a topology, so memoised values are kept across calls.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from accel_plugins.backends.nvidia.allocation.bitmasks import (
+    lower_first,
+    lowest,
+    mask_of,
+    min_group,
+    positions,
+)
+from accel_plugins.backends.nvidia.allocation.twins import (
+    canonical_value,
+    symmetry_tree,
+    twin_classes,
+)
+
+# Importable from here as before the split (tests and pair_score use them).
+__all__ = [
+    "MEMO_LIMIT",
+    "Partitioner",
+    "lower_first",
+    "mask_of",
+    "min_group",
+    "positions",
+    "twin_classes",
+]
 
 # Memo entries kept per group size before that memo starts over: bounds memory
 # on large nodes; values are recomputed exactly when needed again.
@@ -54,116 +77,6 @@ MEMO_LIMIT = 1 << 18
 
 # A group found by the enumeration: (key of its class counts, score, sum of bounds).
 _Leaf = tuple[int, int, int]
-
-
-def positions(mask: int) -> list[int]:
-    """Set bits of ``mask``, lowest first."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
-
-
-def mask_of(items: Sequence[int]) -> int:
-    mask = 0
-    for i in items:
-        mask |= 1 << i
-    return mask
-
-
-def lower_first(a: int, b: int) -> bool:
-    """True when the sorted positions of ``a`` come before those of ``b`` (same size)."""
-    diff = a ^ b
-    return bool(a & diff & -diff)
-
-
-def twin_classes(
-    weights: Sequence[Sequence[int]], labels: Sequence[object] | None = None
-) -> list[list[int]]:
-    """GPUs grouped into classes of interchangeable ones, lowest first.
-
-    Two GPUs are twins when they have the same label (NUMA node) and every
-    other GPU scores the same with both (an NVLink pair behind one switch,
-    the GPUs of one PCIe switch, an NVSwitch island). Twinship is an
-    equivalence and all pairs inside a class score alike, so a set's best
-    split depends only on how many GPUs of each class it holds: the search
-    runs over those counts, far fewer than subsets.
-    """
-    n = len(weights)
-    label = list(labels) if labels is not None else [None] * n
-    classes: list[list[int]] = []
-    for i in range(n):
-        for members in classes:
-            j = members[0]
-            if label[i] == label[j] and all(
-                weights[i][x] == weights[j][x] for x in range(n) if x not in (i, j)
-            ):
-                members.append(i)
-                break
-        else:
-            classes.append([i])
-    return classes
-
-
-@dataclass(frozen=True, slots=True)
-class _Item:
-    """A twin class, or interchangeable copies of one kind of item (a node of symmetry)."""
-
-    kind: tuple[object, ...]
-    span: int  # canonical values are 0 .. span-1
-    leaf: int = -1  # the twin class of a leaf item
-    kids: tuple[_Item, ...] = ()
-
-
-def _symmetry(classes: Sequence[Sequence[int]], cross: Sequence[Sequence[int]]) -> list[_Item]:
-    """Merge interchangeable items until none are left: the top items of the symmetry tree.
-
-    Two items are interchangeable when they are of one kind and every other
-    item scores the same with both; swapping them then maps the topology
-    onto itself, so sets that differ by such swaps split equally well. Items
-    are modules (GPUs outside score alike with all of an item), so the score
-    between two items is that of any GPU of one with any GPU of the other.
-    """
-    items = [
-        (_Item(kind=("class", len(m), cross[c][c]), span=len(m) + 1, leaf=c), c)
-        for c, m in enumerate(classes)
-    ]
-    while True:
-        groups: list[list[tuple[_Item, int]]] = []
-        for item, rep in items:
-            for group in groups:
-                other, orep = group[0]
-                if other.kind == item.kind and all(
-                    cross[rep][x] == cross[orep][x] for _, x in items if x not in (rep, orep)
-                ):
-                    group.append((item, rep))
-                    break
-            else:
-                groups.append([(item, rep)])
-        if len(groups) == len(items):
-            return [item for item, _ in items]
-        items = []
-        for group in groups:
-            first, rep = group[0]
-            if len(group) == 1:
-                items.append(group[0])
-                continue
-            kind = ("set", len(group), first.kind, cross[rep][group[1][1]])
-            kids = tuple(item for item, _ in group)
-            items.append((_Item(kind=kind, span=first.span ** len(group), kids=kids), rep))
-
-
-def _canonical_item(item: _Item, counts: Sequence[int]) -> int:
-    if not item.kids:
-        return counts[item.leaf]
-    values = sorted(_canonical_item(kid, counts) for kid in item.kids)
-    span = item.kids[0].span
-    out = 0
-    for value in reversed(values):
-        out = out * span + value
-    return out
 
 
 class Partitioner:
@@ -211,7 +124,7 @@ class Partitioner:
             self._radix.append(step)
             step *= len(members) + 1
         self._splits: dict[int, dict[int, int]] = {}
-        top = _symmetry(self.classes, self._cross)
+        top = symmetry_tree(self.classes, self._cross)
         # Without interchangeable classes a state is its own canonical form.
         self._symmetric = len(top) < len(self.classes)
         self._top = top
@@ -261,7 +174,7 @@ class Partitioner:
         value = 0
         step = 1
         for item in self._top:
-            value += step * _canonical_item(item, counts)
+            value += step * canonical_value(item, counts)
             step *= item.span
         if len(self._canon) >= MEMO_LIMIT:
             self._canon.clear()
@@ -449,7 +362,7 @@ class Partitioner:
             return must
         if self.uniform(available) and len({self.numa[i] for i in positions(available)}) == 1:
             # Every split and every group scores the same, and so does what is left.
-            return must | _lowest(available & ~must, size - must.bit_count())
+            return must | lowest(available & ~must, size - must.bit_count())
         counts = self._counts(available)
         full = self._key(counts)
         if size == 1:
@@ -502,21 +415,3 @@ class Partitioner:
     def _nodes(self, key: int) -> int:
         """How many NUMA nodes a group (as a count key) spans."""
         return len({self._class_node[c] for c, k in enumerate(self._decode(key)) if k})
-
-
-def min_group(groups: Sequence[int]) -> int:
-    """The group whose sorted positions come first."""
-    answer = groups[0]
-    for group in groups[1:]:
-        if lower_first(group, answer):
-            answer = group
-    return answer
-
-
-def _lowest(mask: int, count: int) -> int:
-    out = 0
-    for _ in range(count):
-        low = mask & -mask
-        out |= low
-        mask ^= low
-    return out

@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_plugins.backends.nvidia.mps_root import LOG_ENV, PIPE_ENV
+from accel_plugins.backends.nvidia.mps.mps_root import LOG_ENV, PIPE_ENV
 from accel_plugins.errors import AccelPluginsError, ConfigError
 
 PROGRAM = "nvidia-cuda-mps-control"
-FAKE_MODULE = "accel_plugins.backends.nvidia.fake_mps_control"
+FAKE_MODULE = "accel_plugins.backends.nvidia.mps.fake_mps_control"
 
 
 def fake_program() -> tuple[str, ...]:

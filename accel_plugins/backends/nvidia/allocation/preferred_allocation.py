@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
+from accel_plugins.backends.nvidia.allocation.replica_policy import PACKED, Slice
+from accel_plugins.backends.nvidia.allocation.replica_policy import choose as choose_slices
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu
-from accel_plugins.backends.nvidia.pair_score import LinkMatrix
-from accel_plugins.backends.nvidia.replica_policy import PACKED, Slice
-from accel_plugins.backends.nvidia.replica_policy import choose as choose_slices
 from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
 from accel_plugins.plugin.device import Device
 
