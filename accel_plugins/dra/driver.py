@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins.dra.checkpoint import Checkpoint
+from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
 from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names
 from accel_plugins.dra.prepare import Inventory, Preparer
@@ -33,7 +34,7 @@ from accel_plugins.dra.registration import DraRegistrationServicer, registration
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
-from accel_plugins.plugin.backend import Allocator, Backend
+from accel_plugins.plugin.backend import Allocator, Backend, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree, Health
 from accel_plugins.plugin.dra_names import DraNamer
@@ -76,6 +77,7 @@ class DraSettings:
     kubelet_plugins_dir: Path = DEFAULT_KUBELET_PLUGINS_DIR
     plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
     cdi_spec_dir: Path = DEFAULT_SPEC_DIR
+    boot_id_path: Path = BOOT_ID_PATH  # tells a reboot apart from a plugin restart
     hook_timeout: float = 10.0
     health_refresh: float = 10.0
     backoff_initial: float = 0.1
@@ -137,7 +139,9 @@ class DraDriver:
             pool=settings.node_name,
             claims=claims,
             cdi_dir=settings.cdi_spec_dir,
-            checkpoint=Checkpoint(settings.checkpoint_path, settings.driver_name),
+            checkpoint=Checkpoint(
+                settings.checkpoint_path, settings.driver_name, read_boot_id(settings.boot_id_path)
+            ),
             inventory=lambda: self._inventory,
         )
         self._server: DraServer | None = None
@@ -177,6 +181,8 @@ class DraDriver:
         if watcher is None:
             tasks.append(asyncio.create_task(self._periodic_check(), name="socket check"))
         try:
+            # Before the kubelet can ask: after a reboot the claims' specs are gone.
+            await self.preparer.restore()
             await self._serve_sockets()
             self.ready.set()
             while not self._stop.is_set():
@@ -292,7 +298,9 @@ class DraDriver:
         self._backend = backend
         self._namer = backend if isinstance(backend, DraNamer) else None
         allocator = backend if isinstance(backend, Allocator) else None
-        self._inventory = Inventory(self._inventory.devices, allocator, self.settings.hook_timeout)
+        self._inventory = Inventory(
+            self._inventory.devices, allocator, self.settings.hook_timeout, cdi_keeper(backend)
+        )
 
     def _publish(self, backend: Backend, tree: DeviceTree) -> None:
         if backend is not self._backend or self._fatal is not None:
@@ -308,7 +316,7 @@ class DraDriver:
     def _on_tree(self, tree: DeviceTree) -> None:
         self._tree = tree
         named = device_names(tree, self._namer)
-        self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)
+        self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self._slices_due.set()
 
