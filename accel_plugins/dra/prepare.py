@@ -292,15 +292,17 @@ class Preparer:
             path = await asyncio.to_thread(claim_cdi.write_spec, self._cdi_dir, spec_file, spec)
             spec_text = spec.text()
             log.info("claim %s/%s (%s): CDI spec %s", ref.namespace, ref.name, ref.uid, path)
-        names = tuple(c for ids in extra_ids.values() for c in ids)
+        # The claim's own names are defined by the spec just written; the backend's are
+        # checked on disk after the backend has written again whatever went missing.
+        theirs = self._guard.backend_names([c for ids in extra_ids.values() for c in ids])
         try:
-            if self._guard.backend_names(names):
+            if theirs:
                 await self._guard.ensure_backend_specs(
                     inventory.cdi_keeper,
                     {named.resource for entries in by_request.values() for _, named in entries},
                     inventory.hook_timeout,
                 )
-            await self._guard.check_defined(names)
+                await self._guard.check_defined(theirs)
         except ClaimError:
             self._remove_spec(spec_file)
             raise

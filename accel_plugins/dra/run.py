@@ -90,7 +90,8 @@ async def serve_dra(
         namer=RunningNamer(),
         registry=registry,
     )
-    driver = DraDriver(factory, settings, kube.KubeClaimSource(client), slices)
+    claims = kube.KubeClaimSource(client)
+    driver = DraDriver(factory, settings, claims, slices)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
@@ -124,5 +125,6 @@ async def serve_dra(
         if config_watch is not None:
             config_watch.close()
         await metrics.stop()
+        await claims.close()
         await client.close()
     return 0
