@@ -574,6 +574,10 @@ async def serve(
     try:
         await _until_listed(manager, recorder, running, METRICS_AFTER)
         if not running.done():
+            # The kubelet may call at once: what loads late loads in threads, not on the loop.
+            warming = asyncio.ensure_future(warm_backend(manager.backend))
+            await asyncio.to_thread(importlib.import_module, "accel_plugins.metrics.wiring")
+            await warming
             from accel_plugins.metrics import metrics_server
 
             metrics = metrics_server(manager, recorder, pod_resources, node_name)
@@ -598,6 +602,17 @@ async def serve(
 
 
 METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answers
+
+
+async def warm_backend(backend: object) -> None:
+    """Let a :class:`~accel_plugins.plugin.backend.Warmer` load ahead, in a worker thread."""
+    from accel_plugins.plugin.backend import Warmer
+
+    if isinstance(backend, Warmer):
+        try:
+            await asyncio.to_thread(backend.warm)
+        except Exception:
+            log.exception("warming the backend up failed; its first calls load what they need")
 
 
 def _metrics_listener(address: tuple[str, int]) -> socket.socket:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from accel_plugins.dra.registration import DraRegistrationServicer, registration
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
-from accel_plugins.plugin.backend import Allocator, Backend, cdi_keeper
+from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree, Health
 from accel_plugins.plugin.dra_names import DraNamer
@@ -185,6 +186,7 @@ class DraDriver:
             await self.preparer.restore()
             await self._serve_sockets()
             self.ready.set()
+            tasks.append(asyncio.create_task(self._warm(), name="warm-up"))
             while not self._stop.is_set():
                 stop = asyncio.ensure_future(self._stop.wait())
                 check = asyncio.ensure_future(self._check.wait())
@@ -252,6 +254,17 @@ class DraDriver:
         return found
 
     # -- the backend ---------------------------------------------------------------
+
+    async def _warm(self) -> None:
+        """Load ahead, in worker threads, what the first Prepare would load on the way
+        (the file-writing helpers, the backend's allocate modules: see Warmer)."""
+        await asyncio.to_thread(importlib.import_module, "tempfile")  # atomic_write_text's
+        backend = self._backend
+        if isinstance(backend, Warmer):
+            try:
+                await asyncio.to_thread(backend.warm)
+            except Exception:
+                log.exception("warming the backend up failed; its first calls load what they need")
 
     async def _run_backends(self, first: Backend | None) -> None:
         """Run the backend, rebuilding it with backoff whenever it crashes or returns."""

@@ -103,6 +103,21 @@ class CdiSpecKeeper(Protocol):
         ...
 
 
+@runtime_checkable
+class Warmer(Protocol):
+    """Loads ahead what its hooks load on their first call (modules, tables, caches).
+
+    Start-up stays lean by loading such things late, but then the first
+    Allocate or GetPreferredAllocation pays for them while a pod waits. The
+    framework calls :meth:`warm` once the kubelet has the devices, in a
+    worker thread, so the first call costs what later ones cost. It must be
+    safe beside a hook call running at the same time; an exception is logged
+    and changes nothing else.
+    """
+
+    def warm(self) -> None: ...
+
+
 def cdi_keeper(backend: object) -> CdiSpecKeeper | None:
     """``backend`` as a CdiSpecKeeper when it keeps specs now, else None."""
     if isinstance(backend, CdiSpecKeeper) and backend.keeps_cdi_specs:

@@ -12,7 +12,7 @@ import accel_plugins.plugin as api
 EXPECTED = {
     "Backend", "Publish", "Device", "DeviceNode", "Mount", "Health", "DeviceTree", "tree",
     "ContainerAllocation", "Allocator", "PreferredAllocator", "PreStarter", "PreferenceScope",
-    "MetricsProvider", "CdiSpecKeeper", "HealthReason", "ReasonKind",
+    "MetricsProvider", "CdiSpecKeeper", "Warmer", "HealthReason", "ReasonKind",
     "Holders", "PodRef", "BackendCommand", "BackendContext", "BackendFactory", "Option", "InUse",
     "ENTRY_POINT_GROUP", "AccelPluginsError", "AllocationError", "BackendError", "ConfigError",
     "HookError", "InvalidSnapshotError", "check_preferred_request", "natural_key",

@@ -329,6 +329,19 @@ class NvidiaBackend:
                 return True
         return False
 
+    def warm(self) -> None:
+        """Warmer: the modules of Allocate and GetPreferredAllocation, and the link matrix
+        (NVML's link queries for every GPU pair), loaded before the first such call."""
+        from accel_plugins.backends.nvidia import best_effort_search, container_contract  # noqa: F401
+        from accel_plugins.backends.nvidia.pair_score import LinkMatrix
+        from accel_plugins.backends.nvidia.preferred_allocation import preferred_devices  # noqa: F401
+
+        gpus = self._link_gpus
+        if self._links is None and gpus:
+            links = LinkMatrix.from_gpus(gpus)
+            if self._link_gpus is gpus:  # not rebuilt meanwhile
+                self._links = links
+
     def preferred_allocation(
         self,
         resource: str,
