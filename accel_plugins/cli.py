@@ -574,10 +574,16 @@ async def serve(
     try:
         await _until_listed(manager, recorder, running, METRICS_AFTER)
         if not running.done():
-            # The kubelet may call at once: what loads late loads in threads, not on the loop.
-            warming = asyncio.ensure_future(warm_backend(manager.backend))
-            await asyncio.to_thread(importlib.import_module, "accel_plugins.metrics.wiring")
-            await warming
+            # The kubelet may call at once: what loads late loads in threads, not on the
+            # loop, and hands the interpreter back to the loop often meanwhile.
+            switch = sys.getswitchinterval()
+            sys.setswitchinterval(WARM_SWITCH_INTERVAL)
+            try:
+                warming = asyncio.ensure_future(warm_backend(manager.backend))
+                await asyncio.to_thread(importlib.import_module, "accel_plugins.metrics.wiring")
+                await warming
+            finally:
+                sys.setswitchinterval(switch)
             from accel_plugins.metrics import metrics_server
 
             metrics = metrics_server(manager, recorder, pod_resources, node_name)
@@ -602,6 +608,7 @@ async def serve(
 
 
 METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answers
+WARM_SWITCH_INTERVAL = 0.0005  # seconds: a gRPC call waits at most this for the interpreter
 
 
 async def warm_backend(backend: object) -> None:
