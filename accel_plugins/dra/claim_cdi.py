@@ -67,9 +67,14 @@ def allocation_edits(allocation: ContainerAllocation) -> ContainerEdits:
 
 def write_spec(directory: Path, file_name: str, spec: CdiSpec) -> Path:
     """Write ``spec`` atomically (a runtime never reads half a spec); returns its path."""
+    return write_text(directory, file_name, spec.text())
+
+
+def write_text(directory: Path, file_name: str, text: str) -> Path:
+    """Write a spec's rendered ``text`` atomically; returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / file_name
-    atomic_write_text(path, spec.text())
+    atomic_write_text(path, text)
     return path
 
 

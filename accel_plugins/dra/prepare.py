@@ -150,19 +150,46 @@ class Preparer:
             }
             errors = {uid: r for uid, r in zip(todo, fresh, strict=True) if isinstance(r, str)}
             if made:
-                try:
-                    await asyncio.to_thread(self._checkpoint.save, {**self._prepared, **made})
-                except OSError as exc:
-                    # Not remembered means not prepared: the kubelet tries again.
-                    log.error("cannot write the checkpoint %s: %s", self._checkpoint.path, exc)
-                    for uid, claim in made.items():
-                        self._remove_spec(claim.spec_file)
-                        errors[uid] = f"cannot write the checkpoint: {exc.strerror or exc}"
-                    made = {}
+                # Specs and checkpoint in one trip to a worker thread: the hot path.
+                errors.update(await asyncio.to_thread(self._persist, made))
+                made = {uid: c for uid, c in made.items() if uid not in errors}
                 self._prepared.update(made)
             results.update(made)
             results.update(errors)
             return results
+
+    def _persist(self, made: dict[str, PreparedClaim]) -> dict[str, str]:
+        """Write the new claims' specs, then the checkpoint with them (worker thread).
+
+        Returns the claims that failed, with their errors: a spec that cannot be
+        written fails its claim; a checkpoint that cannot be written fails them
+        all and removes their specs (not remembered means not prepared: the
+        kubelet tries again).
+        """
+        errors: dict[str, str] = {}
+        for uid, claim in made.items():
+            if claim.spec_file is None or claim.spec_text is None:
+                continue
+            try:
+                path = claim_cdi.write_text(self._cdi_dir, claim.spec_file, claim.spec_text)
+            except OSError as exc:
+                log.error("claim %s (%s): %s", claim.ref.name, uid, exc)
+                errors[uid] = f"cannot write the claim's CDI spec: {exc}"
+                continue
+            log.info(
+                "claim %s/%s (%s): CDI spec %s", claim.ref.namespace, claim.ref.name, uid, path
+            )
+        kept = {uid: c for uid, c in made.items() if uid not in errors}
+        if not kept:
+            return errors
+        try:
+            self._checkpoint.save({**self._prepared, **kept})
+        except OSError as exc:
+            log.error("cannot write the checkpoint %s: %s", self._checkpoint.path, exc)
+            for uid, claim in kept.items():
+                self._remove_spec(claim.spec_file)
+                errors[uid] = f"cannot write the checkpoint: {exc.strerror or exc}"
+        return errors
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error ("" when done). Unknown claims are done already."""
@@ -243,9 +270,6 @@ class Preparer:
         except ClaimError as exc:
             log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
             return str(exc)
-        except OSError as exc:
-            log.error("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
-            return f"cannot write the claim's CDI spec: {exc}"
         except Exception as exc:
             # The API side or a backend hook failed in a way nobody planned for: this
             # claim fails, the others and the plugin go on.
@@ -284,28 +308,22 @@ class Preparer:
             # Names of the backend's own specs (CDI device-list strategies) come along.
             extra_ids[request] = ids + tuple(c for c in answer.cdi_devices if c not in ids)
 
+        # The spec is written with the checkpoint (prepare's _persist), once all is checked.
         spec_file: str | None = None
         spec_text: str | None = None
         if cdi_devices:
             spec_file = claim_cdi.spec_file_name(self.driver, ref.uid)
-            spec = CdiSpec(claim_cdi.claim_kind(self.driver), tuple(cdi_devices))
-            path = await asyncio.to_thread(claim_cdi.write_spec, self._cdi_dir, spec_file, spec)
-            spec_text = spec.text()
-            log.info("claim %s/%s (%s): CDI spec %s", ref.namespace, ref.name, ref.uid, path)
+            spec_text = CdiSpec(claim_cdi.claim_kind(self.driver), tuple(cdi_devices)).text()
         # The claim's own names are defined by the spec just written; the backend's are
         # checked on disk after the backend has written again whatever went missing.
         theirs = self._guard.backend_names([c for ids in extra_ids.values() for c in ids])
-        try:
-            if theirs:
-                await self._guard.ensure_backend_specs(
-                    inventory.cdi_keeper,
-                    {named.resource for entries in by_request.values() for _, named in entries},
-                    inventory.hook_timeout,
-                )
-                await self._guard.check_defined(theirs)
-        except ClaimError:
-            self._remove_spec(spec_file)
-            raise
+        if theirs:
+            await self._guard.ensure_backend_specs(
+                inventory.cdi_keeper,
+                {named.resource for entries in by_request.values() for _, named in entries},
+                inventory.hook_timeout,
+            )
+            await self._guard.check_defined(theirs)
 
         # The request's CDI IDs go with its first device only: the kubelet gathers the
         # IDs of every device a container gets, and one request is one CDI device.
