@@ -20,7 +20,6 @@ from pathlib import Path
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.model import ClaimError
-from accel_plugins.fsutil import atomic_write_text
 from accel_plugins.plugin.backend import CdiSpecKeeper
 from accel_plugins.plugin.cdi_defined import DefinedDevices
 
@@ -50,8 +49,7 @@ class SpecGuard:
                 return False
         except (FileNotFoundError, UnicodeDecodeError):
             pass
-        self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, claim.spec_text)
+        claim_cdi.write_text(self.directory, claim.spec_file, claim.spec_text)
         return True
 
     def backend_names(self, cdi_ids: Collection[str]) -> list[str]:
