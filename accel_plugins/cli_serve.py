@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -97,6 +98,16 @@ async def serve(
     try:
         await _until_listed(manager, recorder, running, METRICS_AFTER)
         if not running.done():
+            # The kubelet may call at once: what loads late loads in threads, not on the
+            # loop, and hands the interpreter back to the loop often meanwhile.
+            switch = sys.getswitchinterval()
+            sys.setswitchinterval(WARM_SWITCH_INTERVAL)
+            try:
+                warming = asyncio.ensure_future(warm_backend(manager.backend))
+                await asyncio.to_thread(importlib.import_module, "accel_plugins.metrics.wiring")
+                await warming
+            finally:
+                sys.setswitchinterval(switch)
             from accel_plugins.kube_events import node_events
             from accel_plugins.metrics import metrics_server
 
@@ -128,6 +139,18 @@ async def serve(
 
 
 METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answers
+WARM_SWITCH_INTERVAL = 0.0005  # seconds: a gRPC call waits at most this for the interpreter
+
+
+async def warm_backend(backend: object) -> None:
+    """Let a :class:`~accel_plugins.plugin.backend.Warmer` load ahead, in a worker thread."""
+    from accel_plugins.plugin.backend import Warmer
+
+    if isinstance(backend, Warmer):
+        try:
+            await asyncio.to_thread(backend.warm)
+        except Exception:
+            log.exception("warming the backend up failed; its first calls load what they need")
 
 
 def _metrics_listener(address: tuple[str, int]) -> socket.socket:

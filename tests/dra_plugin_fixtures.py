@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,11 @@ from accel_plugins.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from accel_plugins.dra.driver import DraDriver, DraSettings
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
-from accel_plugins.plugin.backend import Backend
+from accel_plugins.plugin.backend import Backend, Publish
+from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, CdiSpecWriter, ContainerEdits
+from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
 from accel_plugins.testing import short_tempdir
+from tests.framework_fixtures import ScriptedBackend
 
 DRIVER = "accel.example.com"
 NODE = "node-a"
@@ -60,6 +63,38 @@ class FakeClaims:
         if isinstance(found, Exception):
             raise found
         return found
+
+
+class SpecKeepingBackend(ScriptedBackend):
+    """A CDI device-list strategy in small: its answers name ``vendor.example.com/card=all``
+    of its own spec, written when it starts and kept by the framework's CdiSpecWriter (as
+    the NVIDIA and generic backends keep theirs)."""
+
+    KIND = "vendor.example.com/card"
+    NAME = f"{KIND}=all"
+
+    def __init__(self, tree: DeviceTree, spec_dir: Path) -> None:
+        super().__init__(tree)
+        self.writer = CdiSpecWriter(spec_dir)
+        self.ensured = 0
+
+    async def run(self, publish: Publish) -> None:
+        edits = ContainerEdits(env=("CARDS=all",))
+        self.writer.sync([CdiSpec(self.KIND, (CdiDevice("all", edits),))])
+        await super().run(publish)
+
+    def allocate(self, resource: str, devices: Sequence[Device]) -> ContainerAllocation:
+        return ContainerAllocation(
+            envs={"VISIBLE": ",".join(d.id for d in devices)}, cdi_devices=(self.NAME,)
+        )
+
+    @property
+    def keeps_cdi_specs(self) -> bool:
+        return True
+
+    def ensure_cdi_specs(self, resource: str) -> None:
+        self.ensured += 1
+        self.writer.restore()
 
 
 @dataclass

@@ -7,6 +7,13 @@ answer as if the plugin had never stopped. The file is replaced atomically
 on every change; one that cannot be read is set aside (``.corrupt``), logged,
 and the plugin starts empty: a claim prepared again is written again, and
 unpreparing an unknown claim still removes its spec by name.
+
+The file outlives a reboot (it lives in the kubelet's plugins directory) while
+the CDI specs do not (/var/run/cdi is a tmpfs). So it records the boot it was
+written in (``bootID``, the kernel's random boot_id, as NVIDIA's DRA driver
+records ``nodeBootID``) and each claim's spec as written (``cdiSpec``), from
+which the spec is written again after a reboot. Both fields are optional:
+files written before them still load, and older plugins ignore them.
 """
 
 from __future__ import annotations
@@ -39,15 +46,35 @@ class PreparedDevice:
 
 @dataclass(frozen=True)
 class PreparedClaim:
-    """A prepared claim: its devices and its CDI spec file (None when it needs none)."""
+    """A prepared claim: its devices, its CDI spec file (None when it needs none) and
+    that file's text (None in a checkpoint written before it was recorded)."""
 
     ref: ClaimRef
     devices: tuple[PreparedDevice, ...]
     spec_file: str | None
+    spec_text: str | None = None
+
+    @property
+    def cdi_ids(self) -> tuple[str, ...]:
+        """Every CDI name the answer gives the kubelet, once each."""
+        return tuple(dict.fromkeys(c for d in self.devices for c in d.cdi_ids))
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint's content: the boot it was written in (None: not recorded) and its claims."""
+
+    boot_id: str | None
+    claims: dict[str, PreparedClaim]
+
+
+def spec_text(spec_json: Mapping[str, Any]) -> str:
+    """A spec's file text from its JSON, as CdiSpec.text() renders it."""
+    return json.dumps(spec_json, indent=2, sort_keys=True) + "\n"
 
 
 def _claim_json(claim: PreparedClaim) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "namespace": claim.ref.namespace,
         "name": claim.ref.name,
         "specFile": claim.spec_file,
@@ -61,6 +88,9 @@ def _claim_json(claim: PreparedClaim) -> dict[str, Any]:
             for d in claim.devices
         ],
     }
+    if claim.spec_text is not None:
+        out["cdiSpec"] = json.loads(claim.spec_text)
+    return out
 
 
 def _claim_from_json(uid: str, data: Mapping[str, Any]) -> PreparedClaim:
@@ -76,19 +106,22 @@ def _claim_from_json(uid: str, data: Mapping[str, Any]) -> PreparedClaim:
             for d in data["devices"]
         ),
         None if data.get("specFile") is None else str(data["specFile"]),
+        None if data.get("cdiSpec") is None else spec_text(data["cdiSpec"]),
     )
 
 
-def dumps(driver: str, claims: Mapping[str, PreparedClaim]) -> str:
-    body = {
+def dumps(driver: str, claims: Mapping[str, PreparedClaim], boot_id: str | None = None) -> str:
+    body: dict[str, Any] = {
         "version": VERSION,
         "driver": driver,
         "claims": {uid: _claim_json(claims[uid]) for uid in sorted(claims)},
     }
+    if boot_id is not None:
+        body["bootID"] = boot_id
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
-def loads(text: str) -> dict[str, PreparedClaim]:
+def loads_saved(text: str) -> Saved:
     """Parse a checkpoint; ValueError (KeyError, TypeError) for a file we did not write."""
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("version") != VERSION:
@@ -96,27 +129,47 @@ def loads(text: str) -> dict[str, PreparedClaim]:
     claims = data["claims"]
     if not isinstance(claims, dict):
         raise ValueError("claims is not an object")
-    return {str(uid): _claim_from_json(str(uid), entry) for uid, entry in claims.items()}
+    boot_id = data.get("bootID")
+    if boot_id is not None and not isinstance(boot_id, str):
+        raise ValueError("bootID is not a string")
+    return Saved(
+        boot_id or None,
+        {str(uid): _claim_from_json(str(uid), entry) for uid, entry in claims.items()},
+    )
+
+
+def loads(text: str) -> dict[str, PreparedClaim]:
+    """The claims of a checkpoint (see :func:`loads_saved`)."""
+    return loads_saved(text).claims
 
 
 class Checkpoint:
-    """The checkpoint file of one driver (``<kubelet-plugins-dir>/<driver>/checkpoint.json``)."""
+    """The checkpoint file of one driver (``<kubelet-plugins-dir>/<driver>/checkpoint.json``).
 
-    def __init__(self, path: Path, driver: str) -> None:
+    ``boot_id`` is the boot this process runs in: every save records it.
+    """
+
+    def __init__(self, path: Path, driver: str, boot_id: str | None = None) -> None:
         self.path = path
         self.driver = driver
+        self.boot_id = boot_id
 
     def load(self) -> dict[str, PreparedClaim]:
+        return self.read().claims
+
+    def read(self) -> Saved:
+        """What the file holds; empty when it is missing or unreadable (logged)."""
+        empty = Saved(None, {})
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            return empty
         except OSError as exc:
             # Saving will fail the same way, and say so in every claim's error.
             log.error("checkpoint %s cannot be read (%s); no prepared claims kept", self.path, exc)
-            return {}
+            return empty
         try:
-            return loads(text)
+            return loads_saved(text)
         except (ValueError, KeyError, TypeError) as exc:
             aside = self.path.with_name(self.path.name + ".corrupt")
             log.error(
@@ -126,9 +179,21 @@ class Checkpoint:
                 aside,
             )
             os.replace(self.path, aside)
-            return {}
+            return empty
 
     def save(self, claims: Mapping[str, PreparedClaim]) -> None:
         """Replace the file atomically; OSError propagates (the caller fails the claims)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path, dumps(self.driver, claims), mode=0o600)
+        atomic_write_text(self.path, dumps(self.driver, claims, self.boot_id), mode=0o600)
+
+
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """The kernel's boot ID (a new random UUID at every boot); None when unreadable."""
+    try:
+        return path.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("no boot ID from %s (%s): a reboot is noticed by missing specs only", path, exc)
+        return None

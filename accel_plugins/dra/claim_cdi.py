@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from accel_plugins.fsutil import atomic_write_text
-from accel_plugins.plugin.cdi import CdiMount, CdiSpec, ContainerEdits, qualified_name
+from accel_plugins.plugin.cdi import CdiMount, ContainerEdits, qualified_name
 from accel_plugins.plugin.device import ContainerAllocation
 
 CLAIM_CLASS = "claim"
@@ -65,11 +65,12 @@ def allocation_edits(allocation: ContainerAllocation) -> ContainerEdits:
     )
 
 
-def write_spec(directory: Path, file_name: str, spec: CdiSpec) -> Path:
-    """Write ``spec`` atomically (a runtime never reads half a spec); returns its path."""
+def write_text(directory: Path, file_name: str, text: str) -> Path:
+    """Write a spec's text (CdiSpec.text()) atomically, so a runtime never reads half a
+    spec; returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / file_name
-    atomic_write_text(path, spec.text())
+    atomic_write_text(path, text)
     return path
 
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from accel_plugins.dra.checkpoint import Checkpoint
+from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
 from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names
 from accel_plugins.dra.prepare import Inventory, Preparer
@@ -33,7 +35,7 @@ from accel_plugins.dra.registration import DraRegistrationServicer, registration
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
-from accel_plugins.plugin.backend import Allocator, Backend
+from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
@@ -77,6 +79,7 @@ class DraSettings:
     kubelet_plugins_dir: Path = DEFAULT_KUBELET_PLUGINS_DIR
     plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
     cdi_spec_dir: Path = DEFAULT_SPEC_DIR
+    boot_id_path: Path = BOOT_ID_PATH  # tells a reboot apart from a plugin restart
     hook_timeout: float = 10.0
     health_refresh: float = 10.0
     backoff_initial: float = 0.1
@@ -140,7 +143,9 @@ class DraDriver:
             pool=settings.node_name,
             claims=claims,
             cdi_dir=settings.cdi_spec_dir,
-            checkpoint=Checkpoint(settings.checkpoint_path, settings.driver_name),
+            checkpoint=Checkpoint(
+                settings.checkpoint_path, settings.driver_name, read_boot_id(settings.boot_id_path)
+            ),
             inventory=lambda: self._inventory,
         )
         self._server: DraServer | None = None
@@ -180,8 +185,11 @@ class DraDriver:
         if watcher is None:
             tasks.append(asyncio.create_task(self._periodic_check(), name="socket check"))
         try:
+            # Before the kubelet can ask: after a reboot the claims' specs are gone.
+            await self.preparer.restore()
             await self._serve_sockets()
             self.ready.set()
+            tasks.append(asyncio.create_task(self._warm(), name="warm-up"))
             while not self._stop.is_set():
                 stop = asyncio.ensure_future(self._stop.wait())
                 check = asyncio.ensure_future(self._check.wait())
@@ -250,6 +258,17 @@ class DraDriver:
 
     # -- the backend ---------------------------------------------------------------
 
+    async def _warm(self) -> None:
+        """Load ahead, in worker threads, what the first Prepare would load on the way
+        (the file-writing helpers, the backend's allocate modules: see Warmer)."""
+        await asyncio.to_thread(importlib.import_module, "tempfile")  # atomic_write_text's
+        backend = self._backend
+        if isinstance(backend, Warmer):
+            try:
+                await asyncio.to_thread(backend.warm)
+            except Exception:
+                log.exception("warming the backend up failed; its first calls load what they need")
+
     async def _run_backends(self, first: Backend | None) -> None:
         """Run the backend, rebuilding it with backoff whenever it crashes or returns."""
         settings = self.settings
@@ -290,7 +309,9 @@ class DraDriver:
         self._backend = backend
         self._namer = backend if isinstance(backend, DraNamer) else None
         allocator = backend if isinstance(backend, Allocator) else None
-        self._inventory = Inventory(self._inventory.devices, allocator, self.settings.hook_timeout)
+        self._inventory = Inventory(
+            self._inventory.devices, allocator, self.settings.hook_timeout, cdi_keeper(backend)
+        )
 
     def _publish(self, backend: Backend, tree: DeviceTree) -> None:
         if backend is not self._backend or self._fatal is not None:
@@ -306,7 +327,7 @@ class DraDriver:
     def _on_tree(self, tree: DeviceTree) -> None:
         self._tree = tree
         named = device_names(tree, self._namer)
-        self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)
+        self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self.health.observe(tree)
         self._slices_due.set()

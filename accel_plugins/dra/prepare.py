@@ -8,7 +8,10 @@ device-plugin path would give a container holding those devices (the
 backend's ``allocate`` hook, else the framework's merge), written as one CDI
 device of the claim's spec. Answers are kept (memory and checkpoint), so a
 claim prepared twice is answered the same without another API read, and a
-restarted plugin still knows what it prepared.
+restarted plugin still knows what it prepared. No answer names a CDI device
+that no spec on disk defines (``spec_guard``): a claim prepared again is
+checked, and its specs written again, first; after a reboot every recorded
+claim spec is written again at start.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from types import MappingProxyType
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ClaimSource, NamedDevice
+from accel_plugins.dra.spec_guard import SpecGuard
 from accel_plugins.errors import AllocationError, HookError
 from accel_plugins.plugin import allocation
-from accel_plugins.plugin.backend import Allocator
+from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec
 from accel_plugins.plugin.device import ContainerAllocation, Device
 
@@ -34,11 +38,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Inventory:
-    """What the backend serves now: devices by DRA name, and its allocate hook."""
+    """What the backend serves now: devices by DRA name, its allocate hook, and what
+    keeps its own CDI specs on disk (None when it writes none)."""
 
     devices: Mapping[str, NamedDevice] = field(default_factory=lambda: MappingProxyType({}))
     allocator: Allocator | None = None
     hook_timeout: float = 10.0
+    cdi_keeper: CdiSpecKeeper | None = None
 
 
 PrepareResult = PreparedClaim | str
@@ -70,7 +76,10 @@ class Preparer:
         self._checkpoint = checkpoint
         self._inventory = inventory
         self._lock = asyncio.Lock()
-        self._prepared: dict[str, PreparedClaim] = checkpoint.load()
+        self._guard = SpecGuard(driver, cdi_dir)
+        saved = checkpoint.read()
+        self._prepared: dict[str, PreparedClaim] = saved.claims
+        self._saved_boot = saved.boot_id
         if self._prepared:
             log.info("checkpoint: %d prepared claims kept from before", len(self._prepared))
 
@@ -78,16 +87,61 @@ class Preparer:
     def prepared(self) -> Mapping[str, PreparedClaim]:
         return MappingProxyType(self._prepared)
 
+    async def restore(self) -> None:
+        """At start: write again every recorded claim spec that is missing or changed.
+
+        A boot ID other than the checkpoint's means the node rebooted since the
+        claims were prepared: their specs went with the tmpfs, while the
+        devices and the edits that reach them did not change. NVIDIA's driver
+        drops its checkpoint then, because its Prepare made MIG devices that a
+        reboot destroys; ours made nothing but the spec, so the recorded edits
+        are written again and the kubelet's repeated Prepare gets the same
+        answer. A checkpoint without a boot ID (older) is taken as this boot's,
+        as NVIDIA does; the specs are checked all the same.
+        """
+        async with self._lock:
+            current = self._checkpoint.boot_id
+            previous = self._saved_boot
+            if self._prepared and None not in (current, previous) and current != previous:
+                log.warning(
+                    "the node rebooted since %d claims were prepared (boot %s, now %s): "
+                    "writing their CDI specs again from the checkpoint",
+                    len(self._prepared),
+                    previous,
+                    current,
+                )
+            written = await asyncio.to_thread(self._rewrite_claim_specs)
+            if written:
+                log.info("CDI specs of %d prepared claims written again", written)
+            if self._prepared and current is not None and current != previous:
+                try:
+                    await asyncio.to_thread(self._checkpoint.save, self._prepared)
+                except OSError as exc:
+                    log.error("cannot write the checkpoint %s: %s", self._checkpoint.path, exc)
+                    return
+            self._saved_boot = current
+
+    def _rewrite_claim_specs(self) -> int:
+        written = 0
+        for claim in self._prepared.values():
+            try:
+                written += self._guard.rewrite_claim_spec(claim)
+            except OSError as exc:  # its Prepare tries again and reports it
+                log.error("cannot write the CDI spec %s: %s", claim.spec_file, exc)
+        return written
+
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         async with self._lock:
             results: dict[str, PrepareResult] = {}
             todo: dict[str, ClaimRef] = {}
             for ref in refs:
                 known = self._prepared.get(ref.uid)
-                if known is not None:
-                    results[ref.uid] = known  # idempotent: the same answer, no API read
-                else:
+                # Idempotent: the same answer without an API read, once its specs are there.
+                answer = None if known is None else await self._answer_known(known)
+                if answer is None:
                     todo[ref.uid] = ref
+                else:
+                    results[ref.uid] = answer
             fresh = await asyncio.gather(*(self._prepare_one(ref) for ref in todo.values()))
             made = {
                 uid: result
@@ -96,19 +150,46 @@ class Preparer:
             }
             errors = {uid: r for uid, r in zip(todo, fresh, strict=True) if isinstance(r, str)}
             if made:
-                try:
-                    await asyncio.to_thread(self._checkpoint.save, {**self._prepared, **made})
-                except OSError as exc:
-                    # Not remembered means not prepared: the kubelet tries again.
-                    log.error("cannot write the checkpoint %s: %s", self._checkpoint.path, exc)
-                    for uid, claim in made.items():
-                        self._remove_spec(claim.spec_file)
-                        errors[uid] = f"cannot write the checkpoint: {exc.strerror or exc}"
-                    made = {}
+                # Specs and checkpoint in one trip to a worker thread: the hot path.
+                errors.update(await asyncio.to_thread(self._persist, made))
+                made = {uid: c for uid, c in made.items() if uid not in errors}
                 self._prepared.update(made)
             results.update(made)
             results.update(errors)
             return results
+
+    def _persist(self, made: dict[str, PreparedClaim]) -> dict[str, str]:
+        """Write the new claims' specs, then the checkpoint with them (worker thread).
+
+        Returns the claims that failed, with their errors: a spec that cannot be
+        written fails its claim; a checkpoint that cannot be written fails them
+        all and removes their specs (not remembered means not prepared: the
+        kubelet tries again).
+        """
+        errors: dict[str, str] = {}
+        for uid, claim in made.items():
+            if claim.spec_file is None or claim.spec_text is None:
+                continue
+            try:
+                path = claim_cdi.write_text(self._cdi_dir, claim.spec_file, claim.spec_text)
+            except OSError as exc:
+                log.error("claim %s (%s): %s", claim.ref.name, uid, exc)
+                errors[uid] = f"cannot write the claim's CDI spec: {exc}"
+                continue
+            log.info(
+                "claim %s/%s (%s): CDI spec %s", claim.ref.namespace, claim.ref.name, uid, path
+            )
+        kept = {uid: c for uid, c in made.items() if uid not in errors}
+        if not kept:
+            return errors
+        try:
+            self._checkpoint.save({**self._prepared, **kept})
+        except OSError as exc:
+            log.error("cannot write the checkpoint %s: %s", self._checkpoint.path, exc)
+            for uid, claim in kept.items():
+                self._remove_spec(claim.spec_file)
+                errors[uid] = f"cannot write the checkpoint: {exc.strerror or exc}"
+        return errors
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error ("" when done). Unknown claims are done already."""
@@ -147,15 +228,48 @@ class Preparer:
 
     # -- one claim ---------------------------------------------------------------
 
+    async def _answer_known(self, claim: PreparedClaim) -> PrepareResult | None:
+        """The recorded answer once every name it gives is defined on disk; None to
+        prepare the claim afresh (its spec is gone and an older checkpoint has no
+        record to write it from)."""
+        ref = claim.ref
+        inventory = self._inventory()
+        try:
+            try:
+                if await asyncio.to_thread(self._guard.rewrite_claim_spec, claim):
+                    log.warning(
+                        "claim %s/%s (%s): CDI spec %s was missing or changed: written again",
+                        ref.namespace,
+                        ref.name,
+                        ref.uid,
+                        claim.spec_file,
+                    )
+            except OSError as exc:
+                raise ClaimError(f"cannot write the claim's CDI spec: {exc}") from None
+            if self._guard.backend_names(claim.cdi_ids):
+                resources = {
+                    inventory.devices[d.device].resource
+                    for d in claim.devices
+                    if d.device in inventory.devices
+                }
+                await self._guard.ensure_backend_specs(
+                    inventory.cdi_keeper, resources, inventory.hook_timeout
+                )
+            await self._guard.check_defined(claim.cdi_ids)
+        except ClaimError as exc:
+            if claim.spec_text is None and claim.spec_file is not None:
+                log.info("claim %s (%s): %s; preparing it again", ref.name, ref.uid, exc)
+                return None
+            log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+            return str(exc)
+        return claim
+
     async def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
         try:
             return await self._build(ref)
         except ClaimError as exc:
             log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
             return str(exc)
-        except OSError as exc:
-            log.error("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
-            return f"cannot write the claim's CDI spec: {exc}"
         except Exception as exc:
             # The API side or a backend hook failed in a way nobody planned for: this
             # claim fails, the others and the plugin go on.
@@ -194,12 +308,22 @@ class Preparer:
             # Names of the backend's own specs (CDI device-list strategies) come along.
             extra_ids[request] = ids + tuple(c for c in answer.cdi_devices if c not in ids)
 
+        # The spec is written with the checkpoint (prepare's _persist), once all is checked.
         spec_file: str | None = None
+        spec_text: str | None = None
         if cdi_devices:
             spec_file = claim_cdi.spec_file_name(self.driver, ref.uid)
-            spec = CdiSpec(claim_cdi.claim_kind(self.driver), tuple(cdi_devices))
-            path = await asyncio.to_thread(claim_cdi.write_spec, self._cdi_dir, spec_file, spec)
-            log.info("claim %s/%s (%s): CDI spec %s", ref.namespace, ref.name, ref.uid, path)
+            spec_text = CdiSpec(claim_cdi.claim_kind(self.driver), tuple(cdi_devices)).text()
+        # The claim's own names are defined by the spec just written; the backend's are
+        # checked on disk after the backend has written again whatever went missing.
+        theirs = self._guard.backend_names([c for ids in extra_ids.values() for c in ids])
+        if theirs:
+            await self._guard.ensure_backend_specs(
+                inventory.cdi_keeper,
+                {named.resource for entries in by_request.values() for _, named in entries},
+                inventory.hook_timeout,
+            )
+            await self._guard.check_defined(theirs)
 
         # The request's CDI IDs go with its first device only: the kubelet gathers the
         # IDs of every device a container gets, and one request is one CDI device.
@@ -216,7 +340,7 @@ class Preparer:
                     cdi_ids=extra_ids[result.request] if first else (),
                 )
             )
-        return PreparedClaim(ref, tuple(devices), spec_file)
+        return PreparedClaim(ref, tuple(devices), spec_file, spec_text)
 
     async def _allocate(
         self, inventory: Inventory, named: Sequence[NamedDevice]

@@ -125,7 +125,8 @@ async def serve_dra(
         api=apis,
         counters=RunningCounters(),
     )
-    driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
+    claims = kube.KubeClaimSource(client, apis)
+    driver = DraDriver(factory, settings, claims, slices)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(HealthReasonCollector(lambda: running.tree))
@@ -161,5 +162,6 @@ async def serve_dra(
         if config_watch is not None:
             config_watch.close()
         await metrics.stop()
+        await claims.close()
         await client.close()
     return 0

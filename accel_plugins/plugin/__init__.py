@@ -3,7 +3,8 @@
 Data flows one way: a Backend publishes DeviceTree snapshots, the Manager diffs
 them and drives one gRPC server per resource. A backend describes devices
 (:class:`Device`), optionally answers the hooks (:class:`Allocator`,
-:class:`PreferredAllocator`, :class:`PreStarter`, :class:`MetricsProvider`),
+:class:`PreferredAllocator`, :class:`PreStarter`, :class:`MetricsProvider`,
+:class:`CdiSpecKeeper`, :class:`Warmer`),
 and becomes ``accel-plugins <name>`` through a :class:`BackendCommand` named in
 the entry-point group :data:`ENTRY_POINT_GROUP`. Nothing here imports a backend
 or grpc at import time. See docs/writing-a-backend.md.
@@ -29,6 +30,7 @@ from accel_plugins.plugin.allocation import (
 from accel_plugins.plugin.backend import (
     Allocator,
     Backend,
+    CdiSpecKeeper,
     Holders,
     MetricsProvider,
     PodRef,
@@ -36,6 +38,7 @@ from accel_plugins.plugin.backend import (
     PreferredAllocator,
     PreStarter,
     Publish,
+    Warmer,
 )
 from accel_plugins.plugin.command import (
     ENTRY_POINT_GROUP,
@@ -123,6 +126,7 @@ __all__ = [
     "CdiHook",
     "CdiMount",
     "CdiSpec",
+    "CdiSpecKeeper",
     "CdiSpecWriter",
     "ConfigError",
     "ContainerAllocation",
@@ -151,6 +155,7 @@ __all__ = [
     "PreferredAllocator",
     "Publish",
     "ReasonKind",
+    "Warmer",
     "check_preferred_request",
     "natural_key",
     "pci_attributes",

@@ -82,6 +82,49 @@ class PreStarter(Protocol):
     def pre_start(self, resource: str, devices: Sequence[Device]) -> None: ...
 
 
+@runtime_checkable
+class CdiSpecKeeper(Protocol):
+    """Writes the CDI specs that define the names its answers carry, and keeps them there.
+
+    A node's CDI directory (/var/run/cdi) is a tmpfs that a reboot empties, and
+    anyone may remove a file from it; a name whose spec is gone makes the runtime
+    refuse the container. The framework calls :meth:`ensure_cdi_specs` (off the
+    event loop, with the hook deadline) before it answers with such names, but
+    only while :attr:`keeps_cdi_specs` is true (read once per backend), so a
+    backend with CDI switched off pays nothing.
+    """
+
+    @property
+    def keeps_cdi_specs(self) -> bool: ...
+
+    def ensure_cdi_specs(self, resource: str) -> None:
+        """Write again every spec of ours that is missing or changed on disk; OSError
+        (or BackendError) when that fails: the answer is then refused, not sent."""
+        ...
+
+
+@runtime_checkable
+class Warmer(Protocol):
+    """Loads ahead what its hooks load on their first call (modules, tables, caches).
+
+    Start-up stays lean by loading such things late, but then the first
+    Allocate or GetPreferredAllocation pays for them while a pod waits. The
+    framework calls :meth:`warm` once the kubelet has the devices, in a
+    worker thread, so the first call costs what later ones cost. It must be
+    safe beside a hook call running at the same time; an exception is logged
+    and changes nothing else.
+    """
+
+    def warm(self) -> None: ...
+
+
+def cdi_keeper(backend: object) -> CdiSpecKeeper | None:
+    """``backend`` as a CdiSpecKeeper when it keeps specs now, else None."""
+    if isinstance(backend, CdiSpecKeeper) and backend.keeps_cdi_specs:
+        return backend
+    return None
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class PodRef:
     """A container that holds a device, as the kubelet's PodResources API reports it."""

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from accel_plugins.plugin.allocation import spans_numa_nodes
 from accel_plugins.plugin.backend import (
     Allocator,
+    CdiSpecKeeper,
     PreferenceScope,
     PreferredAllocator,
     PreStarter,
+    cdi_keeper,
 )
 from accel_plugins.plugin.device import Device
 
@@ -25,6 +27,7 @@ class Capabilities:
     preferred: PreferredAllocator | None = None
     pre_starter: PreStarter | None = None
     scope: PreferenceScope | None = None
+    cdi_keeper: CdiSpecKeeper | None = None
     hook_timeout: float = 10.0
 
     @classmethod
@@ -34,6 +37,7 @@ class Capabilities:
             preferred=backend if isinstance(backend, PreferredAllocator) else None,
             pre_starter=backend if isinstance(backend, PreStarter) else None,
             scope=backend if isinstance(backend, PreferenceScope) else None,
+            cdi_keeper=cdi_keeper(backend),
             hook_timeout=hook_timeout,
         )
 

@@ -240,7 +240,8 @@ class CdiSpecWriter:
 
     :meth:`sync` writes each spec whose text changed and removes the files of
     specs it wrote before that are no longer given (or have no devices: CDI
-    refuses a spec without one); :meth:`remove_all` removes every file it wrote.
+    refuses a spec without one); :meth:`restore` writes again what went missing
+    or changed on disk; :meth:`remove_all` removes every file it wrote.
     Files it did not write (other vendors', the toolkit's) are never touched.
     OSError propagates: the caller decides whether a node without a spec can serve.
     """
@@ -269,12 +270,34 @@ class CdiSpecWriter:
             self._remove(name)
         return written
 
+    def restore(self) -> list[Path]:
+        """Write again each spec of ours whose file is missing or differs from what we
+        wrote (a reboot empties /var/run/cdi; anyone may edit or remove a file there).
+
+        Reads every file it owns, so it answers for the disk, not for our memory;
+        returns the paths written now. OSError propagates.
+        """
+        written: list[Path] = []
+        for name, text in self._written.items():
+            path = self.directory / name
+            try:
+                if path.read_text(encoding="utf-8") == text:
+                    continue
+            except (FileNotFoundError, UnicodeDecodeError):
+                pass  # gone, or not our text: write it again
+            self.directory.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+            written.append(path)
+            log.warning("CDI spec %s was missing or changed on disk: written again", path)
+        return written
+
     def remove_all(self) -> None:
         for name in list(self._written):
             self._remove(name)
 
     def _remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        # Not a directory: the file cannot be there either (someone put a file in its place).
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             (self.directory / name).unlink()
             log.info("CDI spec removed: %s", self.directory / name)
         del self._written[name]

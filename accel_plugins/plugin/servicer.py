@@ -4,7 +4,7 @@ Holds the resource's current devices, fans every change out to all open
 ListAndWatch streams and answers the unary RPCs. Request problems become
 gRPC status codes with messages; nothing a caller sends can crash it.
 
-Backend hooks (allocate, preferred allocation, pre-start) are vendor code we
+Backend hooks (allocate, preferred allocation, pre-start, CDI specs) are vendor code we
 do not control, so each call follows one rule: it runs in a worker thread,
 off the event loop, within ``Capabilities.hook_timeout`` (else
 DEADLINE_EXCEEDED); AllocationError is a refusal of the request, HookError
@@ -329,6 +329,14 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                     else AllocationFailure.BACKEND_ERROR
                 )
                 self.metrics.allocation_failed(self.resource, reason)
+                await context.abort(failure.code, failure.message)
+        keeper = self.capabilities.cdi_keeper
+        if keeper is not None:
+            # The answer may name CDI devices: their specs must be on disk first.
+            try:
+                await self._hook("ensure_cdi_specs", keeper.ensure_cdi_specs)
+            except _HookFailedError as failure:
+                self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_ERROR)
                 await context.abort(failure.code, failure.message)
         self.metrics.allocated(self.resource, len(devices))
         return result

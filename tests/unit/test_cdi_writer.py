@@ -10,6 +10,8 @@ against the CDI project's JSON schema (tests/cdi_fixtures.py).
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from accel_plugins.plugin.cdi import (
     qualified_name,
     spec_of_devices,
 )
+from accel_plugins.plugin.cdi_defined import DefinedDevices
 from accel_plugins.plugin.device import Device, DeviceNode, Mount
 from tests.cdi_fixtures import assert_valid_spec, assert_valid_spec_file
 
@@ -213,3 +216,64 @@ def test_an_unwritable_directory_raises_oserror(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(NotADirectoryError):  # an OSError: the caller decides what follows
         CdiSpecWriter(tmp_path / "file" / "cdi").sync([spec("a")])
+
+
+# -- after a reboot or a hand: restore() and what the directory defines -------------------
+
+
+def _empty(path: Path) -> None:
+    path.unlink()
+
+
+def _garble(path: Path) -> None:
+    path.write_text("{}")
+
+
+def _keep(path: Path) -> None:
+    pass
+
+
+@pytest.mark.parametrize(
+    ("damage", "rewritten"),
+    [
+        pytest.param(_empty, True, id="file-removed (a reboot empties /var/run/cdi)"),
+        pytest.param(_garble, True, id="file-changed"),
+        pytest.param(_keep, False, id="untouched: not written"),
+    ],
+)
+def test_restore_writes_again_what_is_missing_or_changed_on_disk(
+    tmp_path: Path, damage: Callable[[Path], None], rewritten: bool
+) -> None:
+    writer = CdiSpecWriter(tmp_path / "cdi")
+    (path,) = writer.sync([spec("a", "b")])
+    text = path.read_text()
+    damage(path)
+    assert writer.restore() == ([path] if rewritten else [])
+    assert path.read_text() == text
+    assert DefinedDevices(tmp_path / "cdi").read() == {f"{KIND}=a", f"{KIND}=b"}
+
+
+def test_restore_of_an_emptied_directory_recreates_it(tmp_path: Path) -> None:
+    writer = CdiSpecWriter(tmp_path / "cdi")
+    writer.sync([spec("a")])
+    shutil.rmtree(tmp_path / "cdi")
+    assert writer.restore() == [tmp_path / "cdi" / "accel-plugins.io-fpga.json"]
+    shutil.rmtree(tmp_path / "cdi")
+    (tmp_path / "cdi").write_text("")  # a file where the directory belongs
+    with pytest.raises(NotADirectoryError):  # an OSError: the caller refuses the answer
+        writer.restore()
+
+
+def test_defined_devices_reads_every_json_spec_and_skips_what_does_not_parse(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "cdi"
+    defined = DefinedDevices(directory)
+    assert defined.read() == frozenset()  # no directory yet: nothing defined
+    CdiSpecWriter(directory).sync([spec("a"), spec("x", kind="accel-plugins.io/other")])
+    (directory / "broken.json").write_text("{not json")
+    (directory / "vendor.yaml").write_text("kind: v.com/c\ndevices: [{name: y}]\n")
+    assert defined.read() == {f"{KIND}=a", "accel-plugins.io/other=x"}
+    assert defined.missing((f"{KIND}=a", f"{KIND}=gone")) == [f"{KIND}=gone"]
+    (directory / "accel-plugins.io-other.json").unlink()
+    assert defined.missing(("accel-plugins.io/other=x",)) == ["accel-plugins.io/other=x"]

@@ -97,7 +97,11 @@ def test_rbac_is_least_privilege() -> None:
             "resources": ["resourceslices"],
             "verbs": ["create", "get", "list", "watch", "update", "delete"],
         },
-        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "watch"],
+        },
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
     ]
     binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]

@@ -28,7 +28,7 @@ from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Health, Mount, tree
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from tests.cdi_fixtures import assert_valid_spec_file
-from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
+from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver, SpecKeepingBackend
 from tests.framework_fixtures import ScriptedBackend
 from tests.nvidia_fixtures import simulated_backend
 
@@ -207,27 +207,16 @@ async def test_an_allocate_hook_refusal_is_the_claims_error(start_driver: Any) -
     assert "reserved for the firmware update" in answer.error
 
 
-class HookedBackend(ScriptedBackend):
-    """An Allocator whose answer names a CDI device of the backend's own spec."""
-
-    def allocate(self, resource: str, devices: Any) -> ContainerAllocation:
-        return ContainerAllocation(
-            envs={"VISIBLE": ",".join(d.id for d in devices)},
-            cdi_devices=("vendor.example.com/card=all",),
-        )
-
-
 async def test_the_backends_allocate_hook_gives_the_edits_and_its_cdi_names_pass_through(
-    start_driver: Any,
+    start_driver: Any, dra_root: Path
 ) -> None:
     claims = FakeClaims()
     ref = claims.add("uid-1", ("r", "card0"), ("r", "card1"))
-    running: RunningDriver = await start_driver(HookedBackend(backend().tree), claims)
+    running: RunningDriver = await start_driver(
+        SpecKeepingBackend(backend().tree, dra_root / "cdi"), claims
+    )
     answer = (await prepare(running, v1, ref)).claims["uid-1"]
-    assert list(answer.devices[0].cdi_device_ids) == [
-        f"{KIND}=uid-1-r",
-        "vendor.example.com/card=all",
-    ]
+    assert list(answer.devices[0].cdi_device_ids) == [f"{KIND}=uid-1-r", SpecKeepingBackend.NAME]
     spec = assert_valid_spec_file(spec_path(running, "uid-1"))
     assert spec["devices"][0]["containerEdits"] == {"env": ["VISIBLE=card0,card1"]}
 

@@ -27,6 +27,7 @@ from accel_plugins.backends.generic.hostfs import HostPaths
 from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
+from accel_plugins.errors import HookError
 from accel_plugins.plugin.allocation import (
     natural_key,
     prefer_fewest_numa_nodes,
@@ -172,6 +173,22 @@ class GenericBackend:
             self._cdi.sync(specs)
         except OSError as exc:  # retried on the next scan
             log.error("cannot write the CDI specs in %s: %s", self._cdi.directory, exc)
+
+    @property
+    def keeps_cdi_specs(self) -> bool:
+        """CdiSpecKeeper: with --cdi-spec-dir, answers name our specs' devices."""
+        return self._cdi is not None
+
+    def ensure_cdi_specs(self, resource: str) -> None:
+        """CdiSpecKeeper: write again the specs a reboot or a hand removed from disk."""
+        if self._cdi is None:
+            return
+        try:
+            self._cdi.restore()
+        except OSError as exc:
+            raise HookError(
+                f"cannot write the CDI specs in {self._cdi.directory}: {exc}", "INTERNAL"
+            ) from exc
 
     def preferred_allocation(
         self,

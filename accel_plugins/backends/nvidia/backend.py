@@ -16,7 +16,7 @@ from accel_plugins.backends.nvidia.health import EVENT_WAIT_MS, HealthMonitor, X
 from accel_plugins.backends.nvidia.nvml import Nvml, session
 from accel_plugins.backends.nvidia.resources import MigStrategyError, build_resources
 from accel_plugins.backends.nvidia.sharing import apply_sharing, is_replica, unmatched
-from accel_plugins.errors import AllocationError, BackendError
+from accel_plugins.errors import AllocationError, BackendError, HookError
 from accel_plugins.plugin.allocation import check_preferred_request, spans_numa_nodes
 from accel_plugins.plugin.backend import Backend, Holders, Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
@@ -288,6 +288,22 @@ class NvidiaBackend:
             ) from exc
         log.info("CDI specs: %s", ", ".join(str(p) for p in paths) or "none")
 
+    @property
+    def keeps_cdi_specs(self) -> bool:
+        """CdiSpecKeeper: with a CDI device-list strategy, answers name our specs' devices."""
+        return self.cdi is not None
+
+    def ensure_cdi_specs(self, resource: str) -> None:
+        """CdiSpecKeeper: write again the specs a reboot or a hand removed from disk."""
+        if self.cdi is None:
+            return
+        try:
+            self.cdi.restore()
+        except OSError as exc:
+            raise HookError(
+                f"cannot write the CDI specs in {self.cdi.options.spec_dir}: {exc}", "INTERNAL"
+            ) from exc
+
     def collect_metrics(self, holders: Holders) -> list[Metric]:
         """Per-GPU series for /metrics, read from NVML now (a MetricsProvider; telemetry.py)."""
         if self._telemetry is None:
@@ -331,6 +347,22 @@ class NvidiaBackend:
             if len(gpus) > 1:
                 return True
         return False
+
+    def warm(self) -> None:
+        """Warmer: the modules of Allocate and GetPreferredAllocation, and the link matrix
+        (NVML's link queries for every GPU pair), loaded before the first such call."""
+        from accel_plugins.backends.nvidia import container_contract  # noqa: F401
+        from accel_plugins.backends.nvidia.allocation import best_effort_search  # noqa: F401
+        from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
+        from accel_plugins.backends.nvidia.allocation.preferred_allocation import (  # noqa: F401
+            preferred_devices,
+        )
+
+        gpus = self._link_gpus
+        if self._links is None and gpus:
+            links = LinkMatrix.from_gpus(gpus)
+            if self._link_gpus is gpus:  # not rebuilt meanwhile
+                self._links = links
 
     def preferred_allocation(
         self,

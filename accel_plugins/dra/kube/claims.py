@@ -1,7 +1,25 @@
-"""KubeClaimSource: what a ResourceClaim was allocated, for our driver on this node."""
+"""KubeClaimSource: what a ResourceClaim was allocated, for our driver on this node.
+
+A claim is read once. The kubelet names a claim by namespace, name and UID
+(no resourceVersion), so a read is kept by UID together with a watch of that
+one claim from the version read (``metadata.name`` is the only field a claim
+can be selected by: the API server's resourceclaim strategy offers no
+selector on the allocation's node, and the Node authorizer lets a node
+identity only ``get`` claims, so no informer of "this node's claims" exists).
+Any change to the claim (deallocated, reallocated, deleted) or the end of the
+watch forgets the read, and the next prepare reads again. The scheduler
+writes a claim's allocation before it binds the pod, and the API server's
+watch cache sends events in version order, so the change reaches us before
+the binding reaches the kubelet that will ask.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -9,26 +27,63 @@ from lightkube import ApiError, AsyncClient
 from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
 
+log = logging.getLogger(__name__)
+
+DEFAULT_KEPT = 16
+"""Claims kept with a watch each: one HTTP/1.1 connection per watch, shared with the
+client's other calls, so well below httpx's pool of 100."""
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A claim's allocation results, all drivers and pools, as last read."""
+
+    ref: ClaimRef
+    results: tuple[AllocatedDevice, ...]
+
+    def resolved(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
+        return ResolvedClaim(
+            ref=claim,
+            devices=tuple(r for r in self.results if r.driver == driver and r.pool == pool),
+        )
+
 
 class KubeClaimSource:
     """The :class:`~accel_plugins.dra.model.ClaimSource` on a real API server.
 
-    One GET per claim. A missing claim, a UID other than the kubelet's (the
-    claim was deleted and recreated under the same name) or a claim without
-    an allocation raise ClaimError. Anything else (the API server
-    unreachable, 5xx, throttling) propagates unchanged: retrying is the
-    caller's choice, as the kubelet retries NodePrepareResources itself.
+    A missing claim, a UID other than the kubelet's (the claim was deleted
+    and recreated under the same name) or a claim without an allocation
+    raise ClaimError. Anything else (the API server unreachable, 5xx,
+    throttling) propagates unchanged: retrying is the caller's choice, as the
+    kubelet retries NodePrepareResources itself. ``kept`` is how many reads
+    are kept (0: read every time); ``reads`` counts the GETs made.
     Read in ``api``'s resource.k8s.io version (or the one :class:`ApiVersions`
     finds served); the fields read are the same in v1, v1beta2 and v1beta1.
     """
 
-    def __init__(self, client: AsyncClient, api: ResourceApi | ApiVersions | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        api: ResourceApi | ApiVersions | None = None,
+        *,
+        kept: int = DEFAULT_KEPT,
+    ) -> None:
         self._client = client
         self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api)
+        self._kept = kept
+        self._reads: OrderedDict[str, _Read] = OrderedDict()
+        self._watches: dict[str, asyncio.Task[None]] = {}
+        self._forgotten: dict[str, asyncio.Event] = {}
+        self.reads = 0
 
     async def resolve(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
+        kept = self._reads.get(claim.uid)
+        if kept is not None and kept.ref == claim:
+            self._reads.move_to_end(claim.uid)
+            return kept.resolved(claim, driver, pool)
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
         api = await self._apis.get()
+        self.reads += 1
         try:
             found: Any = await self._client.get(
                 api.claim_type, claim.name, namespace=claim.namespace
@@ -44,9 +99,71 @@ class KubeClaimSource:
         if allocation is None:
             raise ClaimError(f"{where} is not allocated")
         results = (allocation.devices.results if allocation.devices else None) or []
-        devices = tuple(
-            AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
-            for r in results
-            if r.driver == driver and r.pool == pool
+        read = _Read(
+            claim,
+            tuple(
+                AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
+                for r in results
+            ),
         )
-        return ResolvedClaim(ref=claim, devices=devices)
+        version = found.metadata.resourceVersion if found.metadata else None
+        if self._kept > 0 and version:
+            self._keep(read, version, api)
+        return read.resolved(claim, driver, pool)
+
+    def kept(self, uid: str) -> bool:
+        """Whether a read of the claim is kept now (the next resolve needs no GET)."""
+        return uid in self._reads
+
+    async def forgotten(self, uid: str) -> None:
+        """Return once no read of the claim is kept (for tests: a change has arrived)."""
+        if uid in self._reads:
+            await self._forgotten.setdefault(uid, asyncio.Event()).wait()
+
+    async def close(self) -> None:
+        """Stop every watch."""
+        tasks = list(self._watches.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _keep(self, read: _Read, version: str, api: ResourceApi) -> None:
+        uid = read.ref.uid
+        self._forget(uid)
+        self._reads[uid] = read
+        self._watches[uid] = asyncio.create_task(
+            self._follow(read.ref, version, api), name=f"claim watch {uid}"
+        )
+        while len(self._reads) > self._kept:
+            self._forget(next(iter(self._reads)))
+
+    def _forget(self, uid: str) -> None:
+        self._reads.pop(uid, None)
+        task = self._watches.pop(uid, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        event = self._forgotten.pop(uid, None)
+        if event is not None:
+            event.set()
+
+    async def _follow(self, claim: ClaimRef, version: str, api: ResourceApi) -> None:
+        """Forget the read at the claim's first change after ``version``, or when the
+        watch ends (it cannot vouch for the read any more)."""
+        try:
+            async for _kind, _obj in self._client.watch(
+                api.claim_type,
+                namespace=claim.namespace,
+                fields={"metadata.name": claim.name},
+                resource_version=version,
+            ):
+                break
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Forbidden (an identity without watch), 410 Gone, a dropped connection:
+            # the next prepare of the claim reads it again, which is always right.
+            log.debug("watch of claim %s/%s ended: %s", claim.namespace, claim.name, exc)
+        if self._watches.get(claim.uid) is asyncio.current_task():
+            self._forget(claim.uid)

@@ -392,5 +392,9 @@ class NvidiaCdi:
         self.writer.sync(self.specs(node, mig_minors))
         return self.writer.paths
 
+    def restore(self) -> list[Path]:
+        """Write again what is missing or changed on disk (OSError when not writable)."""
+        return self.writer.restore()
+
     def remove(self) -> None:
         self.writer.remove_all()
