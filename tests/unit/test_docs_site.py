@@ -78,17 +78,19 @@ def test_the_readmes_links_reach_files() -> None:
     assert missing == []
 
 
-def fenced(page: str, lang: str) -> str:
-    text = (DOCS / page).read_text()
-    match = re.search(rf"```{lang}\n(.*?)```", text, re.DOTALL)
-    assert match is not None, f"no {lang} block in {page}"
-    return match.group(1)
+def fenced(page: str, lang: str, holding: str = "") -> str:
+    """The page's first ``lang`` block that holds ``holding``."""
+    for block in re.findall(rf"```{lang}\n(.*?)```", (DOCS / page).read_text(), re.DOTALL):
+        if holding in block:
+            return str(block)
+    raise AssertionError(f"no {lang} block holding {holding!r} in {page}")
 
 
 def test_the_deploying_page_shows_the_examples_files() -> None:
     assert fenced("deploying-a-backend.md", "dockerfile") == (FPGA / "Dockerfile").read_text()
     assert (
-        fenced("deploying-a-backend.md", "yaml") == (FPGA / "deploy" / "daemonset.yaml").read_text()
+        fenced("deploying-a-backend.md", "yaml", "kind: DaemonSet")
+        == (FPGA / "deploy" / "daemonset.yaml").read_text()
     )
 
 
