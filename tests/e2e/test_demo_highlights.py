@@ -36,6 +36,7 @@ def plain() -> str:
         pytest.param(rf"unplugged: Unhealthy .* after {MS}", id="unplug"),
         pytest.param(rf"XID 48 .* on GPU 7 .*: Unhealthy at the kubelet after {MS}", id="xid"),
         pytest.param(r"Healthy again after \d+\.\d\d s, same ID", id="recovery"),
+        pytest.param(r"hack/build-images --registry \S+ --push", id="images"),
         pytest.param(r"helm install accel-plugins charts/accel-plugins", id="install"),
         pytest.param(r"accel-plugins inspect /var/lib/kubelet/device-plugins/", id="inspect"),
     ],
