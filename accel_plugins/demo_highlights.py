@@ -244,8 +244,14 @@ def next_steps(say: Say, style: Style) -> None:
     """What to run on a real cluster."""
     lines = [
         (
+            # No image is published yet: the README's "Install on a cluster" says so.
+            "Build the images and push them to your registry (none are published yet):",
+            "hack/build-images --registry registry.example.com/accel-plugins --push",
+        ),
+        (
             "Install the chart (NVIDIA nodes by default; add the generic plugin with devices):",
-            "helm install accel-plugins charts/accel-plugins -n kube-system",
+            "helm install accel-plugins charts/accel-plugins -n kube-system "
+            "--set common.imageRegistry=registry.example.com",
         ),
         (
             "Inspect a node's plugin the way its kubelet sees it:",

@@ -7,12 +7,15 @@ their own Allocator/PreferredAllocator and tests need no sockets.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
+
+log = logging.getLogger(__name__)
 
 # Enumerating NUMA node subsets is exact and cheap for real machines (<= 8
 # nodes); beyond this we fall back to taking the largest nodes first.
@@ -91,7 +94,9 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
 
     Nodes and mounts are keyed by container path: two devices sharing a node
     (e.g. a control device) yield it once, with the union of permissions.
-    Env vars and annotations are merged in device order; later devices win.
+    Env vars and annotations are merged in device order; later devices win. Two
+    devices setting one variable to different values is logged as a warning (the
+    backend meant a list, which only an ``allocate`` hook can build).
     A device that names CDI devices is injected by them: its nodes, mounts and
     env are in its CDI spec (``accel_plugins.plugin.cdi``), so only its CDI
     names (and annotations, which a spec cannot carry) go into the response;
@@ -122,6 +127,8 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
         for mount in device.mounts:
             mounts.setdefault(mount.container_path, mount)
         if device.envs:
+            if envs:
+                _warn_env_conflicts(envs, device)
             envs.update(device.envs)
     return ContainerAllocation(
         nodes=tuple(nodes.values()),
@@ -130,6 +137,20 @@ def merge(devices: Sequence[Device]) -> ContainerAllocation:
         annotations=annotations,
         cdi_devices=tuple(cdi),
     )
+
+
+def _warn_env_conflicts(envs: Mapping[str, str], device: Device) -> None:
+    for name, value in device.envs.items():
+        earlier = envs.get(name)
+        if earlier is not None and earlier != value:
+            log.warning(
+                "env %s: the devices of one request set it to %r and %r; the last device's "
+                "(%s) wins. An Allocator (allocate hook) can combine the values instead",
+                name,
+                earlier,
+                value,
+                device.id,
+            )
 
 
 def check_preferred_request(

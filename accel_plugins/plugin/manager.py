@@ -27,6 +27,7 @@ from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
+from accel_plugins.plugin.kubelet_restarts import KubeletRestarts
 from accel_plugins.plugin.lifecycle import PluginStatus, ResourcePlugin
 from accel_plugins.plugin.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
@@ -114,8 +115,7 @@ class Manager:
         self._factory = backend_factory
         self.settings = settings
         self._metrics = metrics
-        # The last kubelet socket seen (its inode): a different one is a kubelet restart.
-        self._kubelet_seen: int | None = None
+        self._kubelet_restarts = KubeletRestarts(lambda: self._metrics.kubelet_restarted())
         self._plugins: dict[str, ResourcePlugin] = {}
         self._tree: DeviceTree = {}
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
@@ -149,7 +149,7 @@ class Manager:
         if self.settings.plugin_watcher:
             self.settings.plugins_registry_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
-        self._note_kubelet(self._kubelet_identity())
+        self._kubelet_restarts.checked(self._kubelet_identity())
         self._restart_backend()
         # Without inotify a timer stands in for the events; with it, an idle
         # plugin does not wake up at all.
@@ -288,21 +288,9 @@ class Manager:
         except FileNotFoundError:
             return None
 
-    def _note_kubelet(self, identity: int | None, *, created: bool = False) -> None:
-        """Count a kubelet restart: its socket was created again, or is another file.
-
-        A new socket often reuses the old one's inode number, so inotify's
-        creation event is the reliable sign; the inode catches missed events.
-        """
-        if identity is None:
-            return
-        if self._kubelet_seen is not None and (created or identity != self._kubelet_seen):
-            self._metrics.kubelet_restarted()
-        self._kubelet_seen = identity
-
     def _on_kubelet_started(self) -> None:
         identity = self._kubelet_identity()
-        self._note_kubelet(identity, created=True)
+        self._kubelet_restarts.created(identity)
         for plugin in self._plugins.values():
             # A new kubelet forgets every plugin: register again, right now.
             plugin.kubelet_started(identity)
@@ -311,7 +299,7 @@ class Manager:
     async def _check(self) -> None:
         """Re-serve plugins whose socket vanished; re-register after a kubelet change."""
         identity = self._kubelet_identity()
-        self._note_kubelet(identity)
+        self._kubelet_restarts.checked(identity)
         for plugin in list(self._plugins.values()):
             if not plugin.serving:
                 log.info(

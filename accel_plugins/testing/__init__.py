@@ -26,6 +26,7 @@ from accel_plugins.testing.host import FakeHost
 
 if TYPE_CHECKING:
     from accel_plugins.testing.serve import (
+        Scrape,
         ServeBackend,
         ServedBackend,
         command_factory,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FakeHost",
+    "Scrape",
     "ServeBackend",
     "ServedBackend",
     "command_factory",
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Scrape": "accel_plugins.testing.serve",
     "ServeBackend": "accel_plugins.testing.serve",
     "ServedBackend": "accel_plugins.testing.serve",
     "command_factory": "accel_plugins.testing.serve",

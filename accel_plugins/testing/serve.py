@@ -19,8 +19,9 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from accel_plugins.kubelet import AllocationRecord, Kubelet, ResourceView
 from accel_plugins.kubelet.emulator import EventSink
@@ -29,7 +30,11 @@ from accel_plugins.plugin.command import BackendCommand, BackendContext, Backend
 from accel_plugins.plugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.recorder import NoMetrics
 
+if TYPE_CHECKING:
+    from accel_plugins.metrics.server import MetricsServer
+
 __all__ = [
+    "Scrape",
     "ServeBackend",
     "ServedBackend",
     "command_factory",
@@ -132,6 +137,25 @@ class _ErrorLog(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@dataclass(frozen=True, slots=True)
+class Scrape:
+    """One ``GET /metrics`` of a served backend: the text Prometheus would read."""
+
+    text: str
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The first sample called ``name`` (``_total`` included for counters) whose
+        labels include ``labels``; None when there is none."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.text):
+            for sample in family.samples:
+                wanted = all(sample.labels.get(k) == v for k, v in labels.items())
+                if sample.name == name and wanted:
+                    return float(sample.value)
+        return None
+
+
 class ServedBackend:
     """A backend run by a ``Manager`` on ``plugin_dir``, seen through ``kubelet``.
 
@@ -156,6 +180,7 @@ class ServedBackend:
         self._pods = itertools.count()
         self._crash_raised = False
         self._stopped = False
+        self._metrics: tuple[MetricsServer, str, int] | None = None
         self.task: asyncio.Task[None] = asyncio.create_task(manager.run(), name="accel manager")
 
     @classmethod
@@ -253,6 +278,20 @@ class ServedBackend:
         await self._guard(self.kubelet.wait_for(ready, timeout, what=what))
         return self.kubelet.resources[resource]
 
+    async def wait_for_removed(
+        self, resource: str, device_id: str, *, timeout: float = 5.0
+    ) -> ResourceView:
+        """Wait until the kubelet's list of ``resource`` no longer has ``device_id`` (the
+        backend stopped publishing it: unplugged, not merely Unhealthy)."""
+
+        def removed(k: Kubelet) -> bool:
+            view = k.resources.get(resource)
+            return view is not None and view.connected and device_id not in view.devices
+
+        what = f"{resource} device {device_id} removed"
+        await self._guard(self.kubelet.wait_for(removed, timeout, what=what))
+        return self.kubelet.resources[resource]
+
     async def wait_for_gone(self, resource: str, *, timeout: float = 5.0) -> None:
         """Wait until ``resource`` is no longer served (its ListAndWatch stream ended)."""
 
@@ -261,6 +300,45 @@ class ServedBackend:
             return view is None or not view.connected
 
         await self._guard(self.kubelet.wait_for(gone, timeout, what=f"{resource} gone"))
+
+    # -- metrics -------------------------------------------------------------------------
+
+    async def scrape(self) -> Scrape:
+        """``GET /metrics`` over HTTP from a metrics server on a loopback port, started at
+        the first call: the series read at scrape time, those of every plugin (devices and
+        their health, registrations) and the backend's own (``MetricsProvider``).
+
+        The framework's event counters (allocations, RPC times) are not in it: the
+        manager here reports to a no-op recorder. An HTTP status other than 200 raises
+        AssertionError with the body.
+        """
+        if self._metrics is None:
+            from prometheus_client import CollectorRegistry
+
+            from accel_plugins.metrics.collectors import NoAttribution
+            from accel_plugins.metrics.server import MetricsServer
+            from accel_plugins.metrics.wiring import watch_manager
+
+            registry = CollectorRegistry(auto_describe=False)
+            watch_manager(registry, self.manager, NoAttribution())
+            server = MetricsServer(registry, self.manager.problems)
+            host, port = await server.start("127.0.0.1", 0)
+            self._metrics = (server, host, port)
+        _, host, port = self._metrics
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+            await writer.drain()
+            response = await reader.read()  # the server closes after one response
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        head, _, body = response.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1:2]
+        if status != [b"200"]:
+            raise AssertionError(f"GET /metrics: {head.decode(errors='replace')}: {body!r}")
+        return Scrape(body.decode())
 
     # -- allocation ----------------------------------------------------------------------
 
@@ -330,6 +408,8 @@ class ServedBackend:
         if self._stopped:
             return
         self._stopped = True
+        if self._metrics is not None:
+            await self._metrics[0].stop()
         try:
             if not self.task.done():
                 await asyncio.sleep(0)  # let run() begin, or stop() finds nothing to stop

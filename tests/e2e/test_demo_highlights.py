@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,7 @@ def plain() -> str:
         pytest.param(rf"unplugged: Unhealthy .* after {MS}", id="unplug"),
         pytest.param(rf"XID 48 .* on GPU 7 .*: Unhealthy at the kubelet after {MS}", id="xid"),
         pytest.param(r"Healthy again after \d+\.\d\d s, same ID", id="recovery"),
+        pytest.param(r"hack/build-images --registry \S+ --push", id="images"),
         pytest.param(r"helm install accel-plugins charts/accel-plugins", id="install"),
         pytest.param(r"accel-plugins inspect /var/lib/kubelet/device-plugins/", id="inspect"),
     ],
@@ -67,3 +69,46 @@ async def test_colour_wraps_the_same_text(plain: str) -> None:
         return sorted(re.sub(r"\d+(\.\d+)?|/tmp/\S+", "#", line) for line in text.splitlines())
 
     assert shape(ANSI.sub("", coloured)) == shape(plain)
+
+
+def test_generic_resources_on_one_numa_node_register_without_a_preference(plain: str) -> None:
+    """docs/design.md, "Options come from capabilities": nothing to prefer, nothing advertised."""
+    generic = re.findall(r"^  (accel-plugins\.io/\S+) .*preferred allocation (yes|no)", plain, re.M)
+    assert generic
+    assert {answer for _, answer in generic} == {"no"}
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    assert "preferred allocation no" in design
+    assert "is always set" not in design
+
+
+def excerpt_lines() -> list[str]:
+    """The demo excerpt docs/getting-started.md shows, section headers and result lines."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "getting-started.md").read_text()
+    block = page.split("```\n== Topology-aware allocation", 1)[1].split("```", 1)[0]
+    return [line for line in ("== Topology-aware allocation" + block).splitlines() if line.strip()]
+
+
+# What changes from run to run, as the excerpt shows it and as a pattern.
+VARYING = re.compile(r"\d+\.\d+ m?s|accel-demo-…|GPU-[0-9a-f]{8}")
+PATTERNS = {"accel-demo-…": r"accel-demo-\S+?", "GPU-": r"GPU-[0-9a-f-]+"}
+
+
+def as_pattern(line: str) -> str:
+    parts, last = [], 0
+    for match in VARYING.finditer(line):
+        parts.append(re.escape(line[last : match.start()]))
+        shown = match.group()
+        if shown.endswith("ms"):
+            parts.append(r"\d+\.\d+ ms")
+        elif shown.endswith("s"):
+            parts.append(r"\d+\.\d+ s")
+        else:
+            parts.append(next(p for key, p in PATTERNS.items() if shown.startswith(key)))
+        last = match.end()
+    return "".join([*parts, re.escape(line[last:])])
+
+
+def test_the_getting_started_excerpt_is_what_the_demo_prints(plain: str) -> None:
+    """Each line of the excerpt, its timings, paths and IDs read as patterns."""
+    for line in excerpt_lines():
+        assert re.search(as_pattern(line), plain, re.MULTILINE), line

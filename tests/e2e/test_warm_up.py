@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from accel_plugins.backends.nvidia import pair_score
+from accel_plugins.backends.nvidia.allocation import pair_score
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.factory import backend_factory
 from accel_plugins.cli import serve

@@ -1,4 +1,4 @@
-"""The README's "Security defaults" say what the chart renders with no values at all.
+"""docs/install.md's "Security defaults" say what the chart renders with no values at all.
 
 Each documented phrase is paired with the rendered fact it promises, for every
 DaemonSet the chart makes by default and with every backend on: if the README
@@ -16,7 +16,7 @@ import pytest
 
 from tests.chart_support import Obj, ci_values, container, mounts, of_kind, render
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "install.md"
 WRITABLE = {"/var/lib/kubelet/device-plugins", "/var/run/cdi"}
 
 

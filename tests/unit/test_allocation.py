@@ -139,6 +139,47 @@ def test_merge_combines_specs() -> None:
     assert merged.cdi_devices == ()
 
 
+@pytest.mark.parametrize(
+    ("envs", "merged_envs", "warned"),
+    [
+        pytest.param(
+            [{"ACME_VISIBLE_NPUS": "npu0"}, {"ACME_VISIBLE_NPUS": "npu1"}],
+            {"ACME_VISIBLE_NPUS": "npu1"},
+            [
+                "env ACME_VISIBLE_NPUS: the devices of one request set it to 'npu0' and 'npu1'; "
+                "the last device's (d1) wins. An Allocator (allocate hook) can combine the "
+                "values instead"
+            ],
+            id="different-values-last-wins-with-a-warning",
+        ),
+        pytest.param(
+            [{"ACME_DRIVER": "on"}, {"ACME_DRIVER": "on"}],
+            {"ACME_DRIVER": "on"},
+            [],
+            id="same-value-no-warning",
+        ),
+        pytest.param(
+            [{"A": "1"}, {"B": "2"}],
+            {"A": "1", "B": "2"},
+            [],
+            id="different-variables-no-warning",
+        ),
+    ],
+)
+def test_merge_warns_when_devices_disagree_on_an_env_var(
+    envs: list[dict[str, str]],
+    merged_envs: dict[str, str],
+    warned: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 27: two devices with ACME_VISIBLE_NPUS=npu0 and =npu1 silently gave npu1."""
+    devices = [Device(f"d{i}", envs=env) for i, env in enumerate(envs)]
+    with caplog.at_level("WARNING", logger="accel_plugins.plugin.allocation"):
+        merged = merge(devices)
+    assert dict(merged.envs) == merged_envs
+    assert [r.getMessage() for r in caplog.records] == warned
+
+
 def test_a_device_named_by_cdi_is_injected_once_by_its_cdi_names() -> None:
     """Its nodes, mounts and env live in its CDI spec: the response names it, nothing more
     (issue 15: never both a device spec and a CDI device)."""

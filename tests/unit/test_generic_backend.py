@@ -249,3 +249,20 @@ async def test_the_domain_prefixes_resource_names(
 ) -> None:
     published = await run_backend(backend(fake_host, domain="squat.ai"))
     assert sorted(published.latest) == ["squat.ai/audio", "squat.ai/serial"]
+
+
+async def test_an_entry_that_matches_nothing_is_one_warning_naming_file_and_entry(
+    fake_host: FakeHost, run_backend: RunBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27: a glob matching nothing served 0 devices without a word."""
+    fake_host.node("/dev/ttyUSB0")
+    config = parse_config(textwrap.dedent(CONFIG), "/etc/accel/generic.yaml")
+    with caplog.at_level("WARNING", logger="accel_plugins.backends.generic"):
+        published = await run_backend(GenericBackend(config, fake_host.settings()))
+        fake_host.node("/dev/ttyUSB1")  # later scans do not repeat it
+        await published.wait_for(lambda t: ID1 in t[SERIAL])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        "/etc/accel/generic.yaml: devices[1] (audio): matches nothing on this node; "
+        "its resource has no devices until a match appears"
+    ]

@@ -17,6 +17,7 @@ from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.cli import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.command import BackendContext, BackendFactory
+from tests.cli_support import run_cli
 from tests.generic_fixtures import REPO, WriteConfig
 
 GOOD = "devices: [{name: kvm, groups: [{paths: [{path: /dev/kvm}]}]}]\n"
@@ -164,3 +165,68 @@ async def test_the_command_exits_before_touching_the_kubelet(
     expected = f"{path}: {field}: 'rwx' has letters other than r, w, m"
     assert stderr.decode().strip().endswith(expected)
     assert list(plugin_dir.iterdir()) == []
+
+
+CHECKED = """\
+devices:
+  - name: serial
+    groups: [{paths: [{path: /dev/ttyUSB*}]}, {paths: [{path: /dev/ttyACM*}]}]
+  - name: video
+    groups: [{paths: [{path: /dev/video0}]}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("nodes", "status", "lines"),
+    [
+        pytest.param(
+            ["ttyUSB0", "ttyUSB1", "video0"],
+            0,
+            [
+                "{config}: devices[0] (serial): accel-plugins.io/serial, 2 units "
+                "(before count replicas)",
+                "  groups[0] (paths): 2 found",
+                "    /dev/ttyUSB0",
+                "    /dev/ttyUSB1",
+                "  groups[1] (paths): 0 found",
+                "{config}: devices[1] (video): accel-plugins.io/video, 1 unit "
+                "(before count replicas)",
+                "  groups[0] (paths): 1 found",
+                "    /dev/video0",
+            ],
+            id="every-entry-matches",
+        ),
+        pytest.param(
+            ["ttyACM0"],
+            2,
+            [
+                "{config}: devices[0] (serial): accel-plugins.io/serial, 1 unit "
+                "(before count replicas)",
+                "  groups[0] (paths): 0 found",
+                "  groups[1] (paths): 1 found",
+                "    /dev/ttyACM0",
+                "{config}: devices[1] (video): matches nothing on this node; its resource has "
+                "no devices until a match appears",
+            ],
+            id="one-entry-matches-nothing",
+        ),
+    ],
+)
+def test_check_config_lists_what_each_entry_matches(
+    write_config: WriteConfig, tmp_path: Path, nodes: list[str], status: int, lines: list[str]
+) -> None:
+    path = write_config(CHECKED)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in nodes:
+        (dev / name).touch()  # globbing needs no device node; health is not reported here
+    result = run_cli("generic", "--config", str(path), "--dev-root", str(dev), "--check-config")
+    assert (result.returncode, result.stderr) == (status, "")
+    assert result.stdout.splitlines() == [line.format(config=path) for line in lines]
+
+
+def test_check_config_names_squats_device_flags(tmp_path: Path) -> None:
+    device = '{"name": "video", "groups": [{"paths": [{"path": "/dev/video9"}]}]}'
+    result = run_cli("generic", "--device", device, "--dev-root", str(tmp_path), "--check-config")
+    assert result.returncode == 2
+    assert result.stdout.startswith("--device[0] (video): matches nothing on this node")

@@ -24,6 +24,7 @@ from accel_plugins.backends.generic.discovery import Discovery, UnitFacts
 from accel_plugins.backends.generic.eventsource import EventPaths, UdevSource
 from accel_plugins.backends.generic.health import DEFAULT_VANISHED_GRACE, InUse, VanishedDevices
 from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.backends.generic.matches import EntryMatch, unmatched_message
 from accel_plugins.backends.generic.monitor import ChangeFeed, Wakeup
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, resource_name
 from accel_plugins.backends.generic.udev import UdevEnumerator
@@ -141,6 +142,17 @@ class GenericBackend:
                 ]
             found[kind] = {d.id: d for d in devices}
         return found
+
+    def matches(self) -> list[EntryMatch]:
+        """What each config entry matches on this node now (file system and udev reads)."""
+        return self._discovery.matches()
+
+    def _warn_unmatched(self, found: Mapping[str, Mapping[str, Device]]) -> None:
+        """One warning per entry that found nothing, once per backend (start, reload)."""
+        for index, spec in enumerate(self.config.devices):
+            if not found.get(self.resource(spec.name)):
+                entry = EntryMatch(index, spec.name, ())
+                log.warning("%s", unmatched_message(self.config, entry))
 
     def dra_device(self, resource: str, device: Device) -> DraDeviceInfo:
         """DraDescriber: path, udev properties, vendor/product IDs (dra_attributes.py)."""
@@ -277,6 +289,8 @@ class GenericBackend:
             while True:
                 feed.clear()
                 found = await asyncio.to_thread(self.discover)
+                if last is None:
+                    self._warn_unmatched(found)
                 # On the loop: the in_use feed reads state owned by the loop.
                 tree = self._vanished.apply(found)
                 self._write_cdi(tree)

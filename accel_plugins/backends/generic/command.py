@@ -19,6 +19,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN
+from accel_plugins.flags import parse_bool
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
 
 UDEV_SOURCES = ("auto", "udev", "kernel", "off")
@@ -94,14 +95,25 @@ OPTIONS = (
         type=float,
         metavar="SECONDS",
     ),
+    Option(
+        "--check-config",
+        "print what each config entry matches on this node and exit: 0 when each matches "
+        "something, 2 when one matches nothing (the kubelet is not contacted)",
+        default=False,
+        type=parse_bool,
+    ),
 )
 
 
 def build(ctx: BackendContext) -> BackendFactory:
     """Validate flags and the config file now; the factory re-reads the file (SIGHUP)."""
-    from accel_plugins.backends.generic.factory import backend_factory
+    from accel_plugins.backends.generic.factory import backend_factory, check_config
 
-    return backend_factory(ctx.options, ctx.in_use)
+    factory = backend_factory(ctx.options, ctx.in_use)
+    if ctx.options.get("check_config"):
+        # Before any socket or port: a dry run of discovery, then the process ends.
+        raise SystemExit(check_config(factory))
+    return factory
 
 
 COMMAND = BackendCommand(

@@ -37,6 +37,7 @@ from accel_plugins.backends.generic.config import (
 from accel_plugins.backends.generic.devdir import expand, is_dir
 from accel_plugins.backends.generic.health import path_problem
 from accel_plugins.backends.generic.hostfs import HostPaths
+from accel_plugins.backends.generic.matches import EntryMatch, GroupMatch
 from accel_plugins.backends.generic.sysfs import numa_node
 from accel_plugins.backends.generic.udev import UdevEnumerator
 from accel_plugins.backends.generic.usb import enumerate_usb, matching
@@ -74,6 +75,10 @@ def device_id(replica: int, paths: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
+def _kind(group: Group) -> str:
+    return "paths" if group.paths else "usb" if group.usb else "udev"
+
+
 def container_path(mount_path: str, host_path: str) -> str:
     if not mount_path:
         return host_path
@@ -104,6 +109,17 @@ class Discovery:
         """Config device name -> its devices now, in a stable order."""
         self._seen_dirs = set()
         return {spec.name: self._scan_spec(spec) for spec in self.config.devices}
+
+    def matches(self) -> list[EntryMatch]:
+        """What each entry's groups find now (--check-config; a scan of its own)."""
+        entries = []
+        for index, spec in enumerate(self.config.devices):
+            groups = tuple(
+                GroupMatch(number, _kind(group), tuple(unit.paths for unit in self._units(group)))
+                for number, group in enumerate(spec.groups)
+            )
+            entries.append(EntryMatch(index, spec.name, groups))
+        return entries
 
     def _scan_spec(self, spec: DeviceSpec) -> list[Device]:
         devices: dict[str, Device] = {}

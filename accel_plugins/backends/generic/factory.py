@@ -7,7 +7,8 @@ command runs (it pulls in pyudev and YAML).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,7 @@ from accel_plugins.backends.generic.eventsource import UdevSource
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, domain_problem
 from accel_plugins.errors import ConfigError
 from accel_plugins.flags import env_name
-from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.command import BackendFactory, InUse
+from accel_plugins.plugin.command import InUse
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,9 @@ def settings_from_options(options: Mapping[str, Any]) -> GenericSettings:
     )
 
 
-def backend_factory(options: Mapping[str, Any], in_use: InUse | None = None) -> BackendFactory:
+def backend_factory(
+    options: Mapping[str, Any], in_use: InUse | None = None
+) -> Callable[[], GenericBackend]:
     """Validate flags and config now; return what builds a backend (again on SIGHUP).
 
     Raises ConfigError for a missing or bad config file or ``--device`` value, so
@@ -98,9 +100,20 @@ def backend_factory(options: Mapping[str, Any], in_use: InUse | None = None) -> 
 
     first: list[GenericConfig] = [load()]
 
-    def factory() -> Backend:
+    def factory() -> GenericBackend:
         config = first.pop() if first else load()
         domain = chosen if chosen is not None else config.domain or fallback
         return GenericBackend(config, replace(settings, domain=domain), in_use=in_use)
 
     return factory
+
+
+def check_config(factory: Callable[[], GenericBackend]) -> int:
+    """``--check-config``: print what each entry matches here; the exit status."""
+    from accel_plugins.backends.generic.matches import exit_status, report
+
+    backend = factory()
+    entries = backend.matches()
+    resources = {spec.name: backend.resource(spec.name) for spec in backend.config.devices}
+    sys.stdout.write(report(backend.config, entries, resources))
+    return exit_status(entries)

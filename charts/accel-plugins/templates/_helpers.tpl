@@ -160,7 +160,10 @@ Events (health-rbac.yaml); empty when the plugins need none. */}}
 {{- if and $devices $v.generic.existingConfigMap }}
 {{- fail "generic.devices and generic.existingConfigMap are exclusive (so are devices and generic.existingConfigMap): the config comes from values or from an existing ConfigMap, not both" }}
 {{- end }}
-{{- if and $v.generic.enabled (not (or $devices $v.generic.existingConfigMap $v.generic.configs.map)) }}
+{{- if and $v.generic.command (or $devices $v.generic.existingConfigMap $v.generic.configs.map) }}
+{{- fail (printf "generic.command %q runs another backend, which takes no generic devices: leave devices, generic.devices, generic.existingConfigMap and generic.configs empty (give its flags in generic.extraArgs)" $v.generic.command) }}
+{{- end }}
+{{- if and $v.generic.enabled (not $v.generic.command) (not (or $devices $v.generic.existingConfigMap $v.generic.configs.map)) }}
 {{- fail "generic.enabled needs devices to expose: set devices, generic.devices or generic.existingConfigMap" }}
 {{- end }}
 {{- $names := dict }}
