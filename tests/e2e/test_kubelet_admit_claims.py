@@ -118,11 +118,22 @@ def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
 
 
 async def published(kube: AsyncClient, node: str, driver: str) -> ResourceSlice:
-    """The node's first slice with devices, as the watch delivers it."""
-    async for _, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
-        if item.spec.driver == driver and item.spec.devices:
-            return item
-    raise AssertionError("the watch ended")
+    """The node's first slice with devices, as the watch delivers it.
+
+    A loaded API server may answer a watch with "Timeout: Too large resource
+    version" (its watch cache behind etcd for longer than it waits, 3 s): the
+    watch is started again, as client-go's reflector does.
+    """
+    while True:
+        try:
+            async for _, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
+                if item.spec.driver == driver and item.spec.devices:
+                    return item
+        except ApiError as exc:
+            if "Too large resource version" not in (exc.status.message or ""):
+                raise
+            continue
+        raise AssertionError("the watch ended")
 
 
 def selected_device(found: ResourceSlice, case: BackendCase) -> str:

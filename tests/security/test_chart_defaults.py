@@ -59,7 +59,13 @@ PROMISES: list[tuple[str, Callable[[Obj], bool]]] = [
             == {"type": "RuntimeDefault"}
         ),
     ),
-    ("no service-account token", lambda ds: pod(ds)["automountServiceAccountToken"] is False),
+    (
+        "a service-account token only for the device-health Events",
+        lambda ds: (
+            pod(ds)["automountServiceAccountToken"] is True
+            and pod(ds)["serviceAccountName"].endswith("-plugin")
+        ),
+    ),
     ("host paths read-only except the kubelet's device-plugin directory", host_mounts_read_only),
     ("run as uid 0", lambda ds: context(ds)["runAsUser"] == 0),
     (
@@ -85,3 +91,12 @@ def test_documented_default_holds(values: Obj, phrase: str, holds: Callable[[Obj
     assert daemonsets
     for name, ds in daemonsets.items():
         assert holds(ds), f"{name}: {phrase}"
+
+
+@pytest.mark.parametrize("values", VALUES)
+def test_without_health_events_no_token_is_mounted(values: Obj) -> None:
+    """``healthEvents.enabled: false``: the device-plugin pods get no token at all."""
+    daemonsets = of_kind(render({**values, "healthEvents": {"enabled": False}}), "DaemonSet")
+    assert daemonsets
+    for name, ds in daemonsets.items():
+        assert pod(ds)["automountServiceAccountToken"] is False, name

@@ -36,11 +36,13 @@ AREAS = {
     **VENDOR_EXTRAS,
     "dra": "dra/kube",
     "kubeclient": "kubeclient.py",
+    # Node Events about device health (both modes; skipped, saying so, without lightkube).
+    "kube_events": "kube_events.py",
     "claim_api": "kubelet/claim_api.py",
     "testing": "testing",
 }
 # Areas that install with another's extra.
-EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra"}
+EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra", "kube_events": "dra"}
 
 # Top-level module -> the distribution that provides it.
 PROVIDES = {
