@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.dra_config import DraConfigAllocator
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
@@ -290,7 +292,10 @@ class DraDriver:
         self._backend = backend
         self._namer = backend if isinstance(backend, DraNamer) else None
         allocator = backend if isinstance(backend, Allocator) else None
-        self._inventory = Inventory(self._inventory.devices, allocator, self.settings.hook_timeout)
+        configurer = backend if isinstance(backend, DraConfigAllocator) else None
+        self._inventory = Inventory(
+            self._inventory.devices, allocator, self.settings.hook_timeout, configurer
+        )
 
     def _publish(self, backend: Backend, tree: DeviceTree) -> None:
         if backend is not self._backend or self._fatal is not None:
@@ -306,7 +311,7 @@ class DraDriver:
     def _on_tree(self, tree: DeviceTree) -> None:
         self._tree = tree
         named = device_names(tree, self._namer)
-        self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)
+        self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self.health.observe(tree)
         self._slices_due.set()

@@ -70,11 +70,40 @@ class AllocatedDevice:
 
 
 @dataclass(frozen=True)
+class OpaqueConfig:
+    """One entry of a claim's ``status.allocation.devices.config`` for our driver.
+
+    ``parameters`` is the opaque JSON object as the claim or its DeviceClass
+    wrote it; ``requests`` empty means every request of the claim. ``source``
+    is ``FromClass`` or ``FromClaim``; ``index`` is the entry's place in the
+    list, so an error can say which one is wrong.
+    """
+
+    parameters: Mapping[str, object]
+    requests: tuple[str, ...] = ()
+    source: str = "FromClaim"
+    index: int = 0
+
+    def applies_to(self, request: str) -> bool:
+        """A config naming ``gpu`` applies to its subrequests (``gpu/large``) too."""
+        return not self.requests or any(
+            request == r or request.startswith(f"{r}/") for r in self.requests
+        )
+
+    @property
+    def where(self) -> str:
+        return f"status.allocation.devices.config[{self.index}].opaque.parameters"
+
+
+@dataclass(frozen=True)
 class ResolvedClaim:
-    """A claim read from the API server: its allocation results for this driver and pool."""
+    """A claim read from the API server: its allocation results for this driver and pool,
+    and the opaque configs for this driver, in the order they apply (class, then claim;
+    a later one wins)."""
 
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
+    configs: tuple[OpaqueConfig, ...] = ()
 
 
 class ClaimSource(Protocol):

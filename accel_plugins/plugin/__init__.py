@@ -73,6 +73,11 @@ if TYPE_CHECKING:
         pci_attributes,
         pcie_root,
     )
+    from accel_plugins.plugin.dra_config import (
+        ClaimParameters,
+        ClaimParametersError,
+        DraConfigAllocator,
+    )
     from accel_plugins.plugin.dra_names import DraNamer
     from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
@@ -102,6 +107,10 @@ _LAZY = {
             "pcie_root",
         )
     },
+    **{
+        name: "accel_plugins.plugin.dra_config"
+        for name in ("ClaimParameters", "ClaimParametersError", "DraConfigAllocator")
+    },
     "DraNamer": "accel_plugins.plugin.dra_names",
     "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
 }
@@ -124,12 +133,15 @@ __all__ = [
     "CdiMount",
     "CdiSpec",
     "CdiSpecWriter",
+    "ClaimParameters",
+    "ClaimParametersError",
     "ConfigError",
     "ContainerAllocation",
     "ContainerEdits",
     "Device",
     "DeviceNode",
     "DeviceTree",
+    "DraConfigAllocator",
     "DraCounterSets",
     "DraDescriber",
     "DraDeviceInfo",

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
     from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
+    from accel_plugins.plugin.dra_config import ClaimParameters
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +317,17 @@ class NvidiaBackend:
 
             return with_mps(allocation, resource, Path(self.settings.mps_root))
         return allocation
+
+    def allocate_configured(
+        self, resource: str, devices: Sequence[Device], configs: Sequence[ClaimParameters]
+    ) -> ContainerAllocation:
+        """DraConfigAllocator: a claim's ``GpuConfig`` sharing over :meth:`allocate`'s answer
+        (dra_sharing.py)."""
+        from accel_plugins.backends.nvidia.dra_sharing import configured
+
+        answer = self.allocate(resource, devices)
+        mps = resource in self._mps_resources and self.settings.mps is not None
+        return configured(answer, resource, devices, configs, mps_resource=mps)
 
     def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
         """Something to choose once the devices sit on two physical GPUs or more.

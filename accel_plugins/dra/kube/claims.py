@@ -7,7 +7,13 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 
 from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
-from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
+from accel_plugins.dra.model import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    OpaqueConfig,
+    ResolvedClaim,
+)
 
 
 class KubeClaimSource:
@@ -20,6 +26,8 @@ class KubeClaimSource:
     caller's choice, as the kubelet retries NodePrepareResources itself.
     Read in ``api``'s resource.k8s.io version (or the one :class:`ApiVersions`
     finds served); the fields read are the same in v1, v1beta2 and v1beta1.
+    The opaque configs for ``driver`` (``status.allocation.devices.config``,
+    class configs before claim configs, as the scheduler copies them) come along.
     """
 
     def __init__(self, client: AsyncClient, api: ResourceApi | ApiVersions | None = None) -> None:
@@ -49,4 +57,20 @@ class KubeClaimSource:
             for r in results
             if r.driver == driver and r.pool == pool
         )
-        return ResolvedClaim(ref=claim, devices=devices)
+        # Class configs first, then the claim's: the claim's own settings win.
+        configs = sorted(
+            (
+                OpaqueConfig(
+                    parameters=dict(c.opaque.parameters or {}),
+                    requests=tuple(c.requests or ()),
+                    source=c.source,
+                    index=i,
+                )
+                for i, c in enumerate(
+                    (allocation.devices.config if allocation.devices else None) or []
+                )
+                if c.opaque is not None and c.opaque.driver == driver
+            ),
+            key=lambda c: c.source != "FromClass",
+        )
+        return ResolvedClaim(ref=claim, devices=devices, configs=tuple(configs))
