@@ -1,8 +1,7 @@
 """NVIDIA time-slicing and MPS in DRA mode, through the DRA gRPC service on real sockets.
 
-One simulated node (pcie-4gpu), one config file as the device plugin reads it:
-GPU 0 time-sliced into 2 replicas (``nvidia.com/gpu.shared``), GPU 1 shared by
-MPS into 2 replicas (``nvidia.com/gpu.mps``), GPUs 2 and 3 whole. Two claims on
+One simulated node sharing GPUs both ways (tests/dra_sharing_fixtures.py),
+from one config file as the device plugin reads it. Two claims on
 the two replicas of one GPU share it; each prepared answer carries the
 device-plugin path's container contract (NVIDIA's ``internal/plugin/server.go``
 ``getAllocateResponse``: ``NVIDIA_VISIBLE_DEVICES`` of the shared GPU;
@@ -15,7 +14,6 @@ the field named (NVIDIA/k8s-dra-driver-gpu ``api/nvidia.com/resource/v1beta1``
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,54 +23,32 @@ import pytest
 from accel_plugins.api import dra_health_v1_pb2 as health_v1
 from accel_plugins.api import dra_v1_pb2 as v1
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
-from accel_plugins.backends.nvidia.config.config import Overrides, load_config_file, resolve
-from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.dra.model import AllocatedDevice, ClaimRef, OpaqueConfig, ResolvedClaim
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
-from tests.nvidia_fixtures import profile
-
-CONFIG = """\
-    version: v1
-    sharing:
-      timeSlicing:
-        resources:
-        - {name: nvidia.com/gpu, devices: [0], replicas: 2, rename: nvidia.com/gpu.shared}
-      mps:
-        resources:
-        - {name: nvidia.com/gpu, devices: [1], replicas: 2, rename: nvidia.com/gpu.mps}
-    """
-TIME_SLICED = "nvidia.com/gpu.shared"
-MPS = "nvidia.com/gpu.mps"
-GPU_CONFIG = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
-
-
-def gpu_config(sharing: Mapping[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
-    return {**GPU_CONFIG, **({"sharing": sharing} if sharing else {}), **fields}
-
-
-def mps_config(**limits: Any) -> dict[str, Any]:
-    return gpu_config({"strategy": "MPS", "mpsConfig": limits})
+from tests.dra_sharing_fixtures import (
+    GPU_CONFIG,
+    MPS,
+    TIME_SLICED,
+    gpu_config,
+    sharing_node,
+)
 
 
 @pytest.fixture
-def mps_root(tmp_path: Path) -> Path:
-    # The control daemon's mark that it is up with its limits set (mps_root.py).
-    started = tmp_path / "mps" / MPS / ".started"
-    started.parent.mkdir(parents=True)
-    started.touch()
-    return tmp_path / "mps"
+def node(tmp_path: Path) -> tuple[NvidiaBackend, Path]:
+    return sharing_node(tmp_path)
 
 
 @pytest.fixture
-def nvidia(tmp_path: Path, mps_root: Path) -> NvidiaBackend:
-    path = tmp_path / "config.yaml"
-    path.write_text(textwrap.dedent(CONFIG))
-    settings = resolve(Overrides(mps_root=str(mps_root)), load_config_file(path))
-    nvml = SimulatedNvml(profile("pcie-4gpu"))
-    return NvidiaBackend(nvml, settings, mig_minors=generated_mig_minors(4), wait_ms=50)
+def nvidia(node: tuple[NvidiaBackend, Path]) -> NvidiaBackend:
+    return node[0]
+
+
+@pytest.fixture
+def mps_root(node: tuple[NvidiaBackend, Path]) -> Path:
+    return node[1]
 
 
 def replicas(running: RunningDriver, resource: str) -> list[tuple[str, str]]:
