@@ -14,6 +14,7 @@ the field named (NVIDIA/k8s-dra-driver-gpu ``api/nvidia.com/resource/v1beta1``
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ import pytest
 
 from accel_plugins.api import dra_health_v1_pb2 as health_v1
 from accel_plugins.api import dra_v1_pb2 as v1
+from accel_plugins.backends.generic.backend import GenericBackend
+from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.dra.model import AllocatedDevice, ClaimRef, OpaqueConfig, ResolvedClaim
@@ -34,6 +37,7 @@ from tests.dra_sharing_fixtures import (
     gpu_config,
     sharing_node,
 )
+from tests.generic_fixtures import FakeHost
 
 
 @pytest.fixture
@@ -86,15 +90,20 @@ def env(running: RunningDriver, uid: str) -> dict[str, str]:
     return dict(e.split("=", 1) for e in edits(running, uid)["env"])
 
 
-async def started(start_driver: Any, nvidia: NvidiaBackend, claims: FakeClaims) -> RunningDriver:
-    """The driver, once its first tree is served (the health stream's first non-empty list)."""
-    running: RunningDriver = await start_driver(nvidia, claims)
+async def first_tree(running: RunningDriver) -> None:
+    """Return once the driver serves the backend's first tree (the health stream's first
+    non-empty list)."""
     stream: Any = running.health_v1.NodeWatchResources(
         health_v1.NodeWatchResourcesRequest(), timeout=10
     )
     while not (await stream.read()).devices:
         pass
     stream.cancel()
+
+
+async def started(start_driver: Any, nvidia: NvidiaBackend, claims: FakeClaims) -> RunningDriver:
+    running: RunningDriver = await start_driver(nvidia, claims)
+    await first_tree(running)
     return running
 
 
@@ -300,3 +309,49 @@ async def test_invalid_parameters_fail_their_claim_naming_the_field(
     assert message in answers["uid-bad"].error
     assert answers["uid-good"].error == ""  # the other claim of the call is prepared
     assert not (running.settings.cdi_spec_dir / f"k8s.{DRIVER}_claim_uid-bad.json").exists()
+
+
+# -- generic devices with count ---------------------------------------------------------
+
+SQUAT_COUNT = """
+devices:
+  - name: serial
+    groups:
+      - paths: [{path: /dev/ttyUSB0}]
+        count: 2
+"""
+
+
+async def test_two_claims_share_a_generic_device_offered_count_times(
+    start_driver: Any, fake_host: FakeHost
+) -> None:
+    """squat's ``count`` (generic-device-plugin README: a group "can be scheduled
+    count times") makes one unit two DRA devices; a claim on each gets the same node."""
+    fake_host.node("/dev/ttyUSB0")
+    backend = GenericBackend(parse_config(textwrap.dedent(SQUAT_COUNT)), fake_host.settings())
+    claims = FakeClaims()
+    running: RunningDriver = await start_driver(backend, claims)
+    await first_tree(running)
+    first, second = sorted(running.driver.inventory.devices)
+    a, b = claim(claims, "uid-a", first), claim(claims, "uid-b", second)
+
+    answers = await prepare(running, a, b)
+
+    assert [answers[u].error for u in ("uid-a", "uid-b")] == ["", ""]
+    for uid in ("uid-a", "uid-b"):
+        assert [n["path"] for n in edits(running, uid)["deviceNodes"]] == ["/dev/ttyUSB0"]
+
+
+async def test_parameters_for_a_backend_that_takes_none_fail_the_claim(
+    start_driver: Any, fake_host: FakeHost
+) -> None:
+    fake_host.node("/dev/ttyUSB0")
+    backend = GenericBackend(parse_config(textwrap.dedent(SQUAT_COUNT)), fake_host.settings())
+    claims = FakeClaims()
+    running: RunningDriver = await start_driver(backend, claims)
+    await first_tree(running)
+    device, named = sorted(running.driver.inventory.devices.items())[0]
+    ref = claim(claims, "uid-a", device, {"anything": True})
+    assert (await prepare(running, ref))["uid-a"].error == (
+        f"{WHERE}: driver {DRIVER} takes no opaque parameters for resource {named.resource}"
+    )
