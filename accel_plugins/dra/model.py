@@ -23,6 +23,7 @@ from typing import Protocol
 from accel_plugins.errors import AccelPluginsError
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 
 log = logging.getLogger(__name__)
 
@@ -186,3 +187,47 @@ def device_names(tree: DeviceTree, namer: DraNamer | None = None) -> dict[str, N
                 continue
             named[name] = NamedDevice(resource, device)
     return named
+
+
+def shared_units(
+    named: Mapping[str, NamedDevice], sharer: DraSharedUnits | None
+) -> dict[str, list[tuple[str, NamedDevice]]]:
+    """Shared device name -> its copies (name, device), in ``named``'s order.
+
+    Copies of one resource only; a name that is also a device's name is left
+    out (its copies stay devices of their own), with an error logged.
+    """
+    units: dict[str, list[tuple[str, NamedDevice]]] = {}
+    if sharer is None:
+        return units
+    for name, entry in named.items():
+        unit = sharer.dra_shared_unit(entry.resource, entry.device)
+        if unit is None:
+            continue
+        if unit in named or not _DNS_LABEL.match(unit):
+            log.error(
+                "resource %s device %s: shared device name %r is taken or no DNS label; "
+                "its copies stay devices of their own",
+                entry.resource,
+                entry.device.id,
+                unit,
+            )
+            continue
+        copies = units.setdefault(unit, [])
+        if copies and copies[0][1].resource != entry.resource:
+            log.error("shared device %r spans resources; left as copies", unit)
+            continue
+        copies.append((name, entry))
+    return units
+
+
+def with_shared_units(
+    named: Mapping[str, NamedDevice], sharer: DraSharedUnits | None
+) -> dict[str, NamedDevice]:
+    """``named`` plus each shared device's name leading to its first healthy copy (else its
+    first): what a claim allocated the shared device is prepared from, copies being alike."""
+    out = dict(named)
+    for unit, copies in shared_units(named, sharer).items():
+        healthy = [entry for _, entry in copies if entry.device.healthy]
+        out[unit] = (healthy or [copies[0][1]])[0]
+    return out

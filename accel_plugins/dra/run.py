@@ -33,6 +33,7 @@ from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,15 @@ async def serve_dra(
                 return backend.dra_counter_sets()
             return {}
 
+    class RunningSharer:
+        """The running backend's DraSharedUnits; no shared devices otherwise."""
+
+        def dra_shared_unit(self, resource: str, device: Device) -> str | None:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraSharedUnits):
+                return backend.dra_shared_unit(resource, device)
+            return None
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -124,6 +134,7 @@ async def serve_dra(
         keyer=RunningKeyer(),
         api=apis,
         counters=RunningCounters(),
+        sharer=RunningSharer(),
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
     running = driver

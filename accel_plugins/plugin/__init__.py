@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         DraConfigAllocator,
     )
     from accel_plugins.plugin.dra_names import DraNamer
+    from accel_plugins.plugin.dra_shares import DraSharedUnits
     from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 # The CDI writer (with tempfile behind it) and the DRA description load on first
@@ -112,6 +113,7 @@ _LAZY = {
         for name in ("ClaimParameters", "ClaimParametersError", "DraConfigAllocator")
     },
     "DraNamer": "accel_plugins.plugin.dra_names",
+    "DraSharedUnits": "accel_plugins.plugin.dra_shares",
     "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
 }
 
@@ -146,6 +148,7 @@ __all__ = [
     "DraDescriber",
     "DraDeviceInfo",
     "DraNamer",
+    "DraSharedUnits",
     "DraTaintKeyer",
     "DraVersion",
     "Health",

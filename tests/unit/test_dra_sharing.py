@@ -27,7 +27,13 @@ from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.dra.model import AllocatedDevice, ClaimRef, OpaqueConfig, ResolvedClaim
+from accel_plugins.dra.model import (
+    AllocatedDevice,
+    ClaimRef,
+    OpaqueConfig,
+    ResolvedClaim,
+    dra_device_name,
+)
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
 from tests.dra_sharing_fixtures import (
@@ -56,9 +62,14 @@ def mps_root(node: tuple[NvidiaBackend, Path]) -> Path:
 
 
 def replicas(running: RunningDriver, resource: str) -> list[tuple[str, str]]:
-    """(DRA name, GPU UUID) of each device of ``resource``, replica order."""
+    """(DRA name, GPU UUID) of each replica of ``resource``, replica order (not the shared
+    GPU's name, which the kubelet side also knows for consumable capacity)."""
     named = running.driver.inventory.devices
-    found = [(n, d.device) for n, d in named.items() if d.resource == resource]
+    found = [
+        (n, d.device)
+        for n, d in named.items()
+        if d.resource == resource and n == dra_device_name(d.device.id)
+    ]
     found.sort(key=lambda item: gpu_facts(item[1]).replica or 0)
     return [(name, gpu_facts(device).uuid) for name, device in found]
 

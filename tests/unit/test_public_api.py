@@ -21,7 +21,7 @@ EXPECTED = {
     "CdiSpec", "CdiDevice", "ContainerEdits", "CdiMount", "CdiHook", "CdiSpecWriter",
     "DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root", "DraNamer",
     "DraTaintKeyer", "DraCounterSets", "DraConfigAllocator", "ClaimParameters",
-    "ClaimParametersError",
+    "ClaimParametersError", "DraSharedUnits",
 }  # fmt: skip
 
 

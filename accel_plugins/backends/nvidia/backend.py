@@ -257,6 +257,18 @@ class NvidiaBackend:
 
         return dra_device_name(device.id)
 
+    def dra_shared_unit(self, resource: str, device: Device) -> str | None:
+        """DraSharedUnits: a replica's shared device, named as that device would be (a
+        whole GPU ``gpu-<minor>``), where consumable capacity publishes it once."""
+        facts = known_gpu(device)
+        if facts is None or facts.replica_of is None:
+            return None
+        if facts.kind == "gpu":
+            return f"gpu-{facts.minor}"
+        from accel_plugins.dra.model import dra_device_name
+
+        return dra_device_name(facts.replica_of)
+
     def dra_taint_key(self, resource: str, device: Device) -> str | None:
         """DraTaintKeyer: ``gpu.nvidia.com/xid`` for an XID error, so a claim may tolerate
         XIDs alone; the driver's default key for any other reason."""
