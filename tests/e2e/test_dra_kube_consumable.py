@@ -14,6 +14,7 @@ the one GPU (``shareID`` each, as the scheduler writes them: types.go
 from __future__ import annotations
 
 import itertools
+import textwrap
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -26,6 +27,8 @@ from lightkube import AsyncClient
 from lightkube.types import PatchType
 from prometheus_client import CollectorRegistry
 
+from accel_plugins.backends.generic.backend import GenericBackend
+from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
@@ -38,6 +41,7 @@ from tests.dra_kube_fixtures import V1_34, NodeClient, ServerKind, ServerOf, res
 from tests.dra_sharing_fixtures import MPS, sharing_node
 from tests.e2e.test_dra_kube_slices import slices
 from tests.envtest import ApiServer
+from tests.generic_fixtures import FakeHost
 
 DRIVER = "gpu.nvidia.com"
 V1_34_SHARES = ServerKind(
@@ -177,3 +181,54 @@ async def test_two_claims_on_one_shared_mps_gpu_are_both_prepared(
         env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/mps/{MPS}/pipe"
         assert env["NVIDIA_VISIBLE_DEVICES"] == named["gpu-1"].device.facts.uuid  # type: ignore[attr-defined]
+
+
+SQUAT_COUNT = """
+devices:
+  - name: serial
+    groups:
+      - paths: [{path: /dev/ttyUSB0}]
+        count: 3
+      - paths: [{path: /dev/ttyUSB1}]
+"""
+
+
+@pytest.mark.parametrize("kube_apiserver", [GATE_ON, GATE_OFF], indirect=True)
+async def test_a_generic_device_offered_count_times_is_published_once_with_the_gate(
+    kube: AsyncClient,
+    kube_node: str,
+    node_client: NodeClient,
+    request: pytest.FixtureRequest,
+    fake_host: FakeHost,
+) -> None:
+    """squat's ``count``: three copies of ttyUSB0 become one device for three claims;
+    ttyUSB1 (count 1) stays a device of its own."""
+    gate_on = "gate-on" in request.node.callspec.id
+    fake_host.node("/dev/ttyUSB0")
+    fake_host.node("/dev/ttyUSB1")
+    backend = GenericBackend(parse_config(textwrap.dedent(SQUAT_COUNT)), fake_host.settings())
+    pub = KubeSlicePublisher(
+        node_client(kube_node),
+        driver="generic.accel-plugins.io",
+        node=kube_node,
+        registry=CollectorRegistry(),
+        sharer=backend,
+    )
+    await pub.publish(backend.discover())
+    await pub.wait_in_sync()
+
+    found = [
+        d
+        for s in await slices(kube, kube_node, "generic.accel-plugins.io")
+        for d in s.spec.devices or []
+    ]
+    multi = [d for d in found if d.allowMultipleAllocations]
+    if gate_on:
+        assert len(found) == 2
+        (shared,) = multi
+        assert shared.name.startswith("shared-")
+        assert shared.capacity is not None
+        assert shared.capacity["shares"]["value"] == "3"
+    else:
+        assert (len(found), multi) == (4, [])
+    await pub.close()
