@@ -62,6 +62,7 @@ async def serve_dra(
     config_files: Sequence[Path] = (),
     *,
     device_taints: str = "auto",
+    shared_devices: str = "auto",
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -69,7 +70,8 @@ async def serve_dra(
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
-    ``device_taints`` is ``--dra-device-taints`` (auto, on, off).
+    ``device_taints`` is ``--dra-device-taints`` (auto, on, off), ``shared_devices``
+    ``--dra-shared-devices`` (the same).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -135,6 +137,7 @@ async def serve_dra(
         api=apis,
         counters=RunningCounters(),
         sharer=RunningSharer(),
+        shares=shared_devices,
     )
     driver = DraDriver(factory, settings, kube.KubeClaimSource(client, apis), slices)
     running = driver

@@ -303,6 +303,7 @@ class KubeSlicePublisher:
         assert self._identity is not None
         if self._sharer is None or self._share_mode is not ShareMode.AUTO:
             self._shares = self._sharer is not None and self._share_mode is ShareMode.ON
+            log.info("shared devices: %s (--dra-shared-devices)", self._share_mode.value)
             return
         probe = self._api.to_wire(probe_shares_slice(self._identity))
         answer = self._api.from_wire(await self._client.create(probe, dry_run=True))
