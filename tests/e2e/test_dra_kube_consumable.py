@@ -112,6 +112,31 @@ async def test_a_shared_gpu_is_published_once_where_the_api_server_keeps_the_fie
     await pub.close()
 
 
+@pytest.mark.parametrize("kube_apiserver", [GATE_OFF], indirect=True)
+async def test_forced_on_where_the_gate_is_off_falls_back_to_replicas(
+    kube: AsyncClient, kube_node: str, node_client: NodeClient, tmp_path: Path
+) -> None:
+    """``--dra-shared-devices on`` on a server that drops the field: one device for one
+    claim at a time would waste the other replicas, so the replicas are published."""
+    backend, devices = simulated(tmp_path)
+    pub = KubeSlicePublisher(
+        node_client(kube_node),
+        driver=DRIVER,
+        node=kube_node,
+        registry=CollectorRegistry(),
+        namer=backend,
+        sharer=backend,
+        shares="on",
+    )
+    await pub.publish(devices)
+    await pub.wait_in_sync()
+    found = [d.name for s in await slices(kube, kube_node, DRIVER) for d in s.spec.devices or []]
+    assert pub.shares is False
+    assert len(found) == 6
+    assert "gpu-0" not in found
+    await pub.close()
+
+
 async def allocated_claim(kube: AsyncClient, namespace: str, node: str, device: str) -> ClaimRef:
     """A claim allocated a share of ``device``, written as the scheduler writes it."""
     types = resource_types(await served(kube))

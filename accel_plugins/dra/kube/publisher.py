@@ -328,6 +328,17 @@ class KubeSlicePublisher:
             self._taints = False
             self._wanted = None
 
+    def _shares_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
+        """The API server dropped allowMultipleAllocations (``on`` where the gate is off):
+        publish the copies instead, rather than one device for one claim at a time."""
+        if _allows_multiple(sent) and not _allows_multiple(written):
+            log.error(
+                "shared devices: the API server drops allowMultipleAllocations (feature gate "
+                "DRAConsumableCapacity off?); publishing one device per copy instead"
+            )
+            self._shares = False
+            self._wanted = None
+
     def _counters_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
         """The API server dropped the shared counters (its DRAPartitionableDevices gate is off)."""
         used = [d.name for d in sent.spec.devices or [] if d.consumesCounters]
@@ -387,6 +398,7 @@ class KubeSlicePublisher:
             held = self._api.from_wire(written)
             self._observe(held)
             self._taints_dropped(desired, held)
+            self._shares_dropped(desired, held)
             self._counters_dropped(desired, held)
             return
         raise ApiError(status=Status(code=409, message=f"ResourceSlice {name}: conflict"))
@@ -470,3 +482,7 @@ def _older(event: ResourceSlice, held: ResourceSlice) -> bool:
         return int(event.metadata.resourceVersion or "") < int(held.metadata.resourceVersion or "")
     except ValueError:
         return False
+
+
+def _allows_multiple(found: ResourceSlice) -> bool:
+    return any(d.allowMultipleAllocations for d in found.spec.devices or [])
