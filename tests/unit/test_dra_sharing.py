@@ -176,6 +176,24 @@ async def test_two_claims_share_one_mps_gpu_each_with_its_limits(
         ]
 
 
+async def test_two_claims_allocated_one_shared_gpu_under_consumable_capacity(
+    start_driver: Any, nvidia: NvidiaBackend
+) -> None:
+    """With consumable capacity the slices offer GPU 0 once (``gpu-0``, its two replicas'
+    shares) and the scheduler gives it to both claims; each is prepared as a replica."""
+    claims = FakeClaims()
+    running = await started(start_driver, nvidia, claims)
+    (_, uuid), _ = replicas(running, TIME_SLICED)
+    a, b = claim(claims, "uid-a", "gpu-0"), claim(claims, "uid-b", "gpu-0")
+
+    answers = await prepare(running, a, b)
+
+    assert [answers[u].error for u in ("uid-a", "uid-b")] == ["", ""]
+    assert [d.device_name for d in answers["uid-a"].devices] == ["gpu-0"]
+    for uid in ("uid-a", "uid-b"):
+        assert env(running, uid) == {"NVIDIA_VISIBLE_DEVICES": uuid}
+
+
 async def test_a_class_config_is_overridden_by_the_claims_own(
     start_driver: Any, nvidia: NvidiaBackend
 ) -> None:
