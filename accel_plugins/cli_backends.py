@@ -37,6 +37,7 @@ COMMON_DESTS = frozenset(
         "kubelet_plugins_dir",
         "dra_cdi_spec_dir",
         "dra_device_taints",
+        "dra_shared_devices",
     }
 )
 

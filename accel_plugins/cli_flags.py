@@ -35,6 +35,7 @@ DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 KUBELET_APIS = ("device-plugin", "dra")
 # accel_plugins.dra.kube.taints.TaintMode (that package imports lightkube).
 DRA_DEVICE_TAINTS = ("auto", "on", "off")
+DRA_SHARED_DEVICES = ("auto", "on", "off")
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
@@ -199,6 +200,16 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         help="--kubelet-api dra: publish Unhealthy devices with a NoSchedule device taint "
         "(on), leave them out of the ResourceSlices (off), or taint where the API server "
         "keeps device taints, i.e. its DRADeviceTaints feature gate is on (auto)",
+    )
+    add_flag(
+        parser,
+        "--dra-shared-devices",
+        default="auto",
+        choices=DRA_SHARED_DEVICES,
+        help="--kubelet-api dra: publish the replicas of a shared device once, for as many "
+        "claims as it has replicas (on: consumable capacity, KEP-5075, needs the "
+        "DRAConsumableCapacity gate on the API server and scheduler), as one device per "
+        "replica (off), or once where the API server keeps allowMultipleAllocations (auto)",
     )
 
 

@@ -266,6 +266,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
                 metrics_address,
                 config_files,
                 device_taints=args.dra_device_taints,
+                shared_devices=args.dra_shared_devices,
             )
         )
     settings = ManagerSettings(

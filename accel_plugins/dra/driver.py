@@ -29,7 +29,12 @@ from pathlib import Path
 
 from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
-from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names
+from accel_plugins.dra.model import (
+    ClaimSource,
+    SlicePublisher,
+    device_names,
+    with_shared_units,
+)
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.registration import DraRegistrationServicer, registration_socket_name
 from accel_plugins.dra.service import DraServer
@@ -38,7 +43,9 @@ from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.dra_config import DraConfigAllocator
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
@@ -309,8 +316,13 @@ class DraDriver:
         self._backend = backend
         self._namer = backend if isinstance(backend, DraNamer) else None
         allocator = backend if isinstance(backend, Allocator) else None
+        configurer = backend if isinstance(backend, DraConfigAllocator) else None
         self._inventory = Inventory(
-            self._inventory.devices, allocator, self.settings.hook_timeout, cdi_keeper(backend)
+            self._inventory.devices,
+            allocator,
+            self.settings.hook_timeout,
+            cdi_keeper(backend),
+            configurer,
         )
 
     def _publish(self, backend: Backend, tree: DeviceTree) -> None:
@@ -326,7 +338,9 @@ class DraDriver:
 
     def _on_tree(self, tree: DeviceTree) -> None:
         self._tree = tree
-        named = device_names(tree, self._namer)
+        sharer = self._backend if isinstance(self._backend, DraSharedUnits) else None
+        # Shared devices' names too: where the slices offer a device for several claims.
+        named = with_shared_units(device_names(tree, self._namer), sharer)
         self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self.health.observe(tree)

@@ -23,6 +23,7 @@ from typing import Protocol
 from accel_plugins.errors import AccelPluginsError
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +71,40 @@ class AllocatedDevice:
 
 
 @dataclass(frozen=True)
+class OpaqueConfig:
+    """One entry of a claim's ``status.allocation.devices.config`` for our driver.
+
+    ``parameters`` is the opaque JSON object as the claim or its DeviceClass
+    wrote it; ``requests`` empty means every request of the claim. ``source``
+    is ``FromClass`` or ``FromClaim``; ``index`` is the entry's place in the
+    list, so an error can say which one is wrong.
+    """
+
+    parameters: Mapping[str, object]
+    requests: tuple[str, ...] = ()
+    source: str = "FromClaim"
+    index: int = 0
+
+    def applies_to(self, request: str) -> bool:
+        """A config naming ``gpu`` applies to its subrequests (``gpu/large``) too."""
+        return not self.requests or any(
+            request == r or request.startswith(f"{r}/") for r in self.requests
+        )
+
+    @property
+    def where(self) -> str:
+        return f"status.allocation.devices.config[{self.index}].opaque.parameters"
+
+
+@dataclass(frozen=True)
 class ResolvedClaim:
-    """A claim read from the API server: its allocation results for this driver and pool."""
+    """A claim read from the API server: its allocation results for this driver and pool,
+    and the opaque configs for this driver, in the order they apply (class, then claim;
+    a later one wins)."""
 
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
+    configs: tuple[OpaqueConfig, ...] = ()
 
 
 class ClaimSource(Protocol):
@@ -157,3 +187,47 @@ def device_names(tree: DeviceTree, namer: DraNamer | None = None) -> dict[str, N
                 continue
             named[name] = NamedDevice(resource, device)
     return named
+
+
+def shared_units(
+    named: Mapping[str, NamedDevice], sharer: DraSharedUnits | None
+) -> dict[str, list[tuple[str, NamedDevice]]]:
+    """Shared device name -> its copies (name, device), in ``named``'s order.
+
+    Copies of one resource only; a name that is also a device's name is left
+    out (its copies stay devices of their own), with an error logged.
+    """
+    units: dict[str, list[tuple[str, NamedDevice]]] = {}
+    if sharer is None:
+        return units
+    for name, entry in named.items():
+        unit = sharer.dra_shared_unit(entry.resource, entry.device)
+        if unit is None:
+            continue
+        if unit in named or not _DNS_LABEL.match(unit):
+            log.error(
+                "resource %s device %s: shared device name %r is taken or no DNS label; "
+                "its copies stay devices of their own",
+                entry.resource,
+                entry.device.id,
+                unit,
+            )
+            continue
+        copies = units.setdefault(unit, [])
+        if copies and copies[0][1].resource != entry.resource:
+            log.error("shared device %r spans resources; left as copies", unit)
+            continue
+        copies.append((name, entry))
+    return units
+
+
+def with_shared_units(
+    named: Mapping[str, NamedDevice], sharer: DraSharedUnits | None
+) -> dict[str, NamedDevice]:
+    """``named`` plus each shared device's name leading to its first healthy copy (else its
+    first): what a claim allocated the shared device is prepared from, copies being alike."""
+    out = dict(named)
+    for unit, copies in shared_units(named, sharer).items():
+        healthy = [entry for _, entry in copies if entry.device.healthy]
+        out[unit] = (healthy or [copies[0][1]])[0]
+    return out

@@ -25,26 +25,40 @@ from types import MappingProxyType
 
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ClaimSource, NamedDevice
+from accel_plugins.dra.model import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    ClaimSource,
+    NamedDevice,
+    OpaqueConfig,
+)
 from accel_plugins.dra.spec_guard import SpecGuard
 from accel_plugins.errors import AllocationError, HookError
 from accel_plugins.plugin import allocation
 from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec
 from accel_plugins.plugin.device import ContainerAllocation, Device
+from accel_plugins.plugin.dra_config import (
+    ClaimParameters,
+    ClaimParametersError,
+    DraConfigAllocator,
+)
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Inventory:
-    """What the backend serves now: devices by DRA name, its allocate hook, and what
-    keeps its own CDI specs on disk (None when it writes none)."""
+    """What the backend serves now: devices by DRA name, its allocate hook, what keeps
+    its own CDI specs on disk (None when it writes none), and its hook for claims with
+    opaque parameters."""
 
     devices: Mapping[str, NamedDevice] = field(default_factory=lambda: MappingProxyType({}))
     allocator: Allocator | None = None
     hook_timeout: float = 10.0
     cdi_keeper: CdiSpecKeeper | None = None
+    configurer: DraConfigAllocator | None = None
 
 
 PrepareResult = PreparedClaim | str
@@ -299,7 +313,8 @@ class Preparer:
         cdi_devices: list[CdiDevice] = []
         extra_ids: dict[str, tuple[str, ...]] = {}
         for request, entries in by_request.items():
-            answer = await self._allocate(inventory, [named for _, named in entries])
+            configs = [c for c in resolved.configs if c.applies_to(request)]
+            answer = await self._allocate(inventory, [named for _, named in entries], configs)
             edits = claim_cdi.allocation_edits(answer)
             ids: tuple[str, ...] = ()
             if edits:  # CDI refuses a device without edits
@@ -343,30 +358,56 @@ class Preparer:
         return PreparedClaim(ref, tuple(devices), spec_file, spec_text)
 
     async def _allocate(
-        self, inventory: Inventory, named: Sequence[NamedDevice]
+        self,
+        inventory: Inventory,
+        named: Sequence[NamedDevice],
+        configs: Sequence[OpaqueConfig] = (),
     ) -> ContainerAllocation:
-        """The device-plugin answer for these devices, one resource at a time, merged."""
+        """The device-plugin answer for these devices, one resource at a time, merged;
+        under the claim's opaque parameters when it has some for them."""
         by_resource: dict[str, list[Device]] = {}
         for entry in named:
             by_resource.setdefault(entry.resource, []).append(entry.device)
         answers = [
-            await self._allocate_resource(inventory, resource, devices)
+            await self._allocate_resource(inventory, resource, devices, configs)
             for resource, devices in by_resource.items()
         ]
         return answers[0] if len(answers) == 1 else _combine(answers)
 
     async def _allocate_resource(
-        self, inventory: Inventory, resource: str, devices: Sequence[Device]
+        self,
+        inventory: Inventory,
+        resource: str,
+        devices: Sequence[Device],
+        configs: Sequence[OpaqueConfig] = (),
     ) -> ContainerAllocation:
-        hook = inventory.allocator
-        if hook is None:
+        if configs and inventory.configurer is None:
+            # Dropping them would hand out devices without the settings the claim asked for.
+            raise ClaimError(
+                f"{configs[0].where}: driver {self.driver} takes no opaque parameters "
+                f"for resource {resource}"
+            )
+        if configs and inventory.configurer is not None:
+            configurer = inventory.configurer
+            parameters = [ClaimParameters(c.parameters, c.where) for c in configs]
+
+            def call() -> ContainerAllocation:
+                return configurer.allocate_configured(resource, devices, parameters)
+
+        elif inventory.allocator is not None:
+            allocator = inventory.allocator
+
+            def call() -> ContainerAllocation:
+                return allocator.allocate(resource, devices)
+
+        else:
             return allocation.merge(devices)
         timeout = inventory.hook_timeout
         try:
             # Vendor code: off the event loop, with the framework's deadline.
-            return await asyncio.wait_for(
-                asyncio.to_thread(hook.allocate, resource, devices), timeout
-            )
+            return await asyncio.wait_for(asyncio.to_thread(call), timeout)
+        except ClaimParametersError as exc:
+            raise ClaimError(str(exc)) from None
         except (AllocationError, HookError) as exc:
             raise ClaimError(f"resource {resource}: {exc}") from None
         except TimeoutError:

@@ -33,6 +33,7 @@ from accel_plugins.plugin.config_watch import watch_configs
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ async def serve_dra(
     config_files: Sequence[Path] = (),
     *,
     device_taints: str = "auto",
+    shared_devices: str = "auto",
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -68,7 +70,8 @@ async def serve_dra(
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
-    ``device_taints`` is ``--dra-device-taints`` (auto, on, off).
+    ``device_taints`` is ``--dra-device-taints`` (auto, on, off), ``shared_devices``
+    ``--dra-shared-devices`` (the same).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -113,6 +116,15 @@ async def serve_dra(
                 return backend.dra_counter_sets()
             return {}
 
+    class RunningSharer:
+        """The running backend's DraSharedUnits; no shared devices otherwise."""
+
+        def dra_shared_unit(self, resource: str, device: Device) -> str | None:
+            backend = driver.backend if driver is not None else None
+            if isinstance(backend, DraSharedUnits):
+                return backend.dra_shared_unit(resource, device)
+            return None
+
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
@@ -124,6 +136,8 @@ async def serve_dra(
         keyer=RunningKeyer(),
         api=apis,
         counters=RunningCounters(),
+        sharer=RunningSharer(),
+        shares=shared_devices,
     )
     claims = kube.KubeClaimSource(client, apis)
     driver = DraDriver(factory, settings, claims, slices)

@@ -47,44 +47,11 @@ import yaml
 from accel_plugins import yamlfile
 from accel_plugins.errors import ConfigError
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE, NAME_MAX
+from accel_plugins.quantity import parse_quantity
 
 DEFAULT_NAMESPACE = "default"
 
 _DNS1123_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_QUANTITY_RE = re.compile(
-    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
-)
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-def parse_quantity(value: object) -> Fraction:
-    """A Kubernetes resource quantity (``2``, ``"500m"``, ``"1Gi"``, ``"1e3"``) as a Fraction.
-
-    Raises ValueError for anything else (booleans included: YAML's ``true``
-    is no quantity).
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a quantity")
-    if isinstance(value, int):
-        return Fraction(value)
-    if isinstance(value, float):
-        return Fraction(str(value))
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a quantity")
-    match = _QUANTITY_RE.fullmatch(value.strip())
-    if match is None:
-        raise ValueError(
-            f"{value!r} is not a quantity (quantities must match the regular expression "
-            r"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$')"
-        )
-    number = Fraction(match["number"])
-    suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        return number * Fraction(1024) ** _BINARY[suffix]
-    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
-    return number * Fraction(10) ** exponent
 
 
 def is_extended_resource(name: str) -> bool:

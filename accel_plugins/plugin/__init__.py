@@ -76,7 +76,13 @@ if TYPE_CHECKING:
         pci_attributes,
         pcie_root,
     )
+    from accel_plugins.plugin.dra_config import (
+        ClaimParameters,
+        ClaimParametersError,
+        DraConfigAllocator,
+    )
     from accel_plugins.plugin.dra_names import DraNamer
+    from accel_plugins.plugin.dra_shares import DraSharedUnits
     from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 # The CDI writer (with tempfile behind it) and the DRA description load on first
@@ -105,7 +111,12 @@ _LAZY = {
             "pcie_root",
         )
     },
+    **{
+        name: "accel_plugins.plugin.dra_config"
+        for name in ("ClaimParameters", "ClaimParametersError", "DraConfigAllocator")
+    },
     "DraNamer": "accel_plugins.plugin.dra_names",
+    "DraSharedUnits": "accel_plugins.plugin.dra_shares",
     "DraTaintKeyer": "accel_plugins.plugin.dra_taints",
 }
 
@@ -128,16 +139,20 @@ __all__ = [
     "CdiSpec",
     "CdiSpecKeeper",
     "CdiSpecWriter",
+    "ClaimParameters",
+    "ClaimParametersError",
     "ConfigError",
     "ContainerAllocation",
     "ContainerEdits",
     "Device",
     "DeviceNode",
     "DeviceTree",
+    "DraConfigAllocator",
     "DraCounterSets",
     "DraDescriber",
     "DraDeviceInfo",
     "DraNamer",
+    "DraSharedUnits",
     "DraTaintKeyer",
     "DraVersion",
     "Health",

@@ -59,6 +59,27 @@ def test_mirrored_constants_match_their_sources() -> None:
     from accel_plugins.dra.kube.taints import TaintMode
 
     assert tuple(mode.value for mode in TaintMode) == cli.DRA_DEVICE_TAINTS
+    from accel_plugins.dra.kube.shares import ShareMode
+
+    assert tuple(mode.value for mode in ShareMode) == cli.DRA_SHARED_DEVICES
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "mode"),
+    [
+        pytest.param([], None, "auto", id="default"),
+        pytest.param(["--dra-shared-devices", "off"], None, "off", id="flag"),
+        pytest.param([], "on", "on", id="env-twin"),
+    ],
+)
+def test_shared_devices_flag(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], env: str | None, mode: str
+) -> None:
+    monkeypatch.delenv("ACCEL_PLUGINS_DRA_SHARED_DEVICES", raising=False)
+    if env is not None:
+        monkeypatch.setenv("ACCEL_PLUGINS_DRA_SHARED_DEVICES", env)
+    args = cli.build_parser(["generic"]).parse_args(["generic", *argv])
+    assert args.dra_shared_devices == mode
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ EXPECTED = {
     "prefer_fewest_numa_nodes", "spans_numa_nodes",
     "CdiSpec", "CdiDevice", "ContainerEdits", "CdiMount", "CdiHook", "CdiSpecWriter",
     "DraDescriber", "DraDeviceInfo", "DraVersion", "pci_attributes", "pcie_root", "DraNamer",
-    "DraTaintKeyer", "DraCounterSets",
+    "DraTaintKeyer", "DraCounterSets", "DraConfigAllocator", "ClaimParameters",
+    "ClaimParametersError", "DraSharedUnits",
 }  # fmt: skip
 
 

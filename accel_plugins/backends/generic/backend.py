@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -159,6 +160,25 @@ class GenericBackend:
         from accel_plugins.backends.generic.dra_attributes import describe as describe_dra
 
         return describe_dra(device, self._host, self.settings.event_paths.udev_data)
+
+    def dra_shared_unit(self, resource: str, device: Device) -> str | None:
+        """DraSharedUnits: the copies squat's ``count`` makes of one unit share a name,
+        hashed from the group and the unit's host paths (stable, as the copies' IDs are)."""
+        facts = device.facts if isinstance(device.facts, UnitFacts) else None
+        if facts is None:
+            return None
+        counts = {
+            self.resource(spec.name): [group.count for group in spec.groups]
+            for spec in self.config.devices
+        }
+        group_counts = counts.get(resource, [])
+        if facts.group >= len(group_counts) or group_counts[facts.group] < 2:
+            return None
+        paths = sorted({n.host_path for n in device.nodes} | {m.host_path for m in device.mounts})
+        digest = hashlib.sha1(
+            "\0".join([str(facts.group), *paths]).encode(), usedforsecurity=False
+        ).hexdigest()
+        return f"shared-{digest[:16]}"
 
     def scan(self) -> dict[str, dict[str, Device]]:
         """One full scan, vanished devices included: the tree to publish."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
     from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
+    from accel_plugins.plugin.dra_config import ClaimParameters
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,18 @@ class NvidiaBackend:
 
         return dra_device_name(device.id)
 
+    def dra_shared_unit(self, resource: str, device: Device) -> str | None:
+        """DraSharedUnits: a replica's shared device, named as that device would be (a
+        whole GPU ``gpu-<minor>``), where consumable capacity publishes it once."""
+        facts = known_gpu(device)
+        if facts is None or facts.replica_of is None:
+            return None
+        if facts.kind == "gpu":
+            return f"gpu-{facts.minor}"
+        from accel_plugins.dra.model import dra_device_name
+
+        return dra_device_name(facts.replica_of)
+
     def dra_taint_key(self, resource: str, device: Device) -> str | None:
         """DraTaintKeyer: ``gpu.nvidia.com/xid`` for an XID error, so a claim may tolerate
         XIDs alone; the driver's default key for any other reason."""
@@ -332,6 +345,17 @@ class NvidiaBackend:
 
             return with_mps(allocation, resource, Path(self.settings.mps_root))
         return allocation
+
+    def allocate_configured(
+        self, resource: str, devices: Sequence[Device], configs: Sequence[ClaimParameters]
+    ) -> ContainerAllocation:
+        """DraConfigAllocator: a claim's ``GpuConfig`` sharing over :meth:`allocate`'s answer
+        (dra_sharing.py)."""
+        from accel_plugins.backends.nvidia.dra_sharing import configured
+
+        answer = self.allocate(resource, devices)
+        mps = resource in self._mps_resources and self.settings.mps is not None
+        return configured(answer, resource, devices, configs, mps_resource=mps)
 
     def has_preference(self, resource: str, devices: Collection[Device]) -> bool:
         """Something to choose once the devices sit on two physical GPUs or more.

@@ -25,7 +25,13 @@ from typing import Any
 from lightkube import ApiError, AsyncClient
 
 from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
-from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
+from accel_plugins.dra.model import (
+    AllocatedDevice,
+    ClaimError,
+    ClaimRef,
+    OpaqueConfig,
+    ResolvedClaim,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +42,19 @@ client's other calls, so well below httpx's pool of 100."""
 
 @dataclass(frozen=True)
 class _Read:
-    """A claim's allocation results, all drivers and pools, as last read."""
+    """A claim's allocation results and opaque configs, all drivers and pools, as last
+    read; the configs in the order they apply (class configs first, then the claim's:
+    the claim's own settings win), each with its driver."""
 
     ref: ClaimRef
     results: tuple[AllocatedDevice, ...]
+    configs: tuple[tuple[str, OpaqueConfig], ...] = ()
 
     def resolved(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
         return ResolvedClaim(
             ref=claim,
             devices=tuple(r for r in self.results if r.driver == driver and r.pool == pool),
+            configs=tuple(c for d, c in self.configs if d == driver),
         )
 
 
@@ -59,6 +69,8 @@ class KubeClaimSource:
     are kept (0: read every time); ``reads`` counts the GETs made.
     Read in ``api``'s resource.k8s.io version (or the one :class:`ApiVersions`
     finds served); the fields read are the same in v1, v1beta2 and v1beta1.
+    The opaque configs for ``driver`` (``status.allocation.devices.config``,
+    class configs before claim configs, as the scheduler copies them) come along.
     """
 
     def __init__(
@@ -99,12 +111,31 @@ class KubeClaimSource:
         if allocation is None:
             raise ClaimError(f"{where} is not allocated")
         results = (allocation.devices.results if allocation.devices else None) or []
+        configs = sorted(
+            (
+                (
+                    c.opaque.driver,
+                    OpaqueConfig(
+                        parameters=dict(c.opaque.parameters or {}),
+                        requests=tuple(c.requests or ()),
+                        source=c.source,
+                        index=i,
+                    ),
+                )
+                for i, c in enumerate(
+                    (allocation.devices.config if allocation.devices else None) or []
+                )
+                if c.opaque is not None
+            ),
+            key=lambda entry: entry[1].source != "FromClass",
+        )
         read = _Read(
             claim,
             tuple(
                 AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
                 for r in results
             ),
+            tuple(configs),
         )
         version = found.metadata.resourceVersion if found.metadata else None
         if self._kept > 0 and version:

@@ -41,6 +41,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry, Counter
 
 from accel_plugins.dra.kube.api import V1, ApiVersions, ResourceApi
+from accel_plugins.dra.kube.shares import ShareMode
 from accel_plugins.dra.kube.slices import (
     Describe,
     PoolIdentity,
@@ -48,6 +49,7 @@ from accel_plugins.dra.kube.slices import (
     carry_taint_times,
     counter_sets,
     pool_devices,
+    probe_shares_slice,
     probe_slice,
     same_slice,
 )
@@ -55,6 +57,7 @@ from accel_plugins.dra.kube.taints import TaintMode, taint_maker
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.plugin.dra_attributes import DraCounterSets
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,9 @@ class KubeSlicePublisher:
     counters (the backend's DraCounterSets). ``api`` is the resource.k8s.io
     version to write, or the :class:`ApiVersions` that asks the API server
     (default: a new one). ``sleep`` is the backoff's clock (tests pass a fake one).
+    ``sharer`` groups copies of shared devices (the backend's DraSharedUnits), published
+    once for several claims where ``shares`` allows and the API server keeps the field
+    (shares.py).
     """
 
     def __init__(
@@ -95,6 +101,8 @@ class KubeSlicePublisher:
         keyer: DraTaintKeyer | None = None,
         api: ResourceApi | ApiVersions | None = None,
         counters: DraCounterSets | None = None,
+        sharer: DraSharedUnits | None = None,
+        shares: ShareMode | str = ShareMode.AUTO,
     ) -> None:
         self._client = client
         self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api, node=node)
@@ -112,6 +120,9 @@ class KubeSlicePublisher:
         self._taints: bool | None = None
         self._taint = taint_maker(driver, keyer)
         self._counters = counters
+        self._sharer = sharer
+        self._share_mode = ShareMode(shares)
+        self._shares: bool | None = None
         self._counters_kept = True  # until the API server drops them
         self._wanted_sets: list[CounterSet] = []
         self._observed: dict[str, ResourceSlice] = {}
@@ -143,6 +154,11 @@ class KubeSlicePublisher:
         return self._taints
 
     @property
+    def shares(self) -> bool | None:
+        """Whether shared devices are published once for several claims (None: not decided)."""
+        return self._shares
+
+    @property
     def in_sync(self) -> bool:
         """Whether the slices the API server holds, as last seen, are the newest tree."""
         return self._identity is not None and self._wanted is not None and self._matches()
@@ -150,7 +166,7 @@ class KubeSlicePublisher:
     async def publish(self, tree: DeviceTree) -> None:
         self._tree = tree
         self._wanted = None
-        if self._taints is not None:
+        if self._taints is not None and self._shares is not None:
             self._wanted = self._pool(tree)
         if await self._attempt():
             return
@@ -197,7 +213,8 @@ class KubeSlicePublisher:
     def _pool(self, tree: DeviceTree) -> list[KubeDevice]:
         """The devices to publish; sets the counter sets to publish beside them."""
         taint = self._taint if self._taints else None
-        devices = pool_devices(tree, self._describe, self._namer, taint)
+        sharer = self._sharer if self._shares else None
+        devices = pool_devices(tree, self._describe, self._namer, taint, sharer)
         if self._counters is not None and self._counters_kept:
             self._wanted_sets = counter_sets(self._counters.dra_counter_sets())
             return devices
@@ -229,6 +246,8 @@ class KubeSlicePublisher:
             await self._adopt()
         if self._taints is None:
             await self._decide_taints()
+        if self._shares is None:
+            await self._decide_shares()
         if self._wanted is None:
             self._wanted = self._pool(self._tree)
         if self._matches():
@@ -279,6 +298,24 @@ class KubeSlicePublisher:
                 "feature gate DRADeviceTaints is off); Unhealthy devices are left out instead"
             )
 
+    async def _decide_shares(self) -> None:
+        """Shared devices once for several claims, or as copies; ``auto`` asks the API server."""
+        assert self._identity is not None
+        if self._sharer is None or self._share_mode is not ShareMode.AUTO:
+            self._shares = self._sharer is not None and self._share_mode is ShareMode.ON
+            log.info("shared devices: %s (--dra-shared-devices)", self._share_mode.value)
+            return
+        probe = self._api.to_wire(probe_shares_slice(self._identity))
+        answer = self._api.from_wire(await self._client.create(probe, dry_run=True))
+        self._shares = any(d.allowMultipleAllocations for d in answer.spec.devices or [])
+        log.info(
+            "shared devices: %s",
+            "one device for several claims (the API server keeps allowMultipleAllocations)"
+            if self._shares
+            else "one device per copy (the API server drops allowMultipleAllocations: its "
+            "feature gate DRAConsumableCapacity is off)",
+        )
+
     def _taints_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
         """The API server dropped our taints after all (``on`` where the gate is off)."""
         if any(d.taints for d in sent.spec.devices or []) and not any(
@@ -289,6 +326,17 @@ class KubeSlicePublisher:
                 "Unhealthy devices are left out instead"
             )
             self._taints = False
+            self._wanted = None
+
+    def _shares_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
+        """The API server dropped allowMultipleAllocations (``on`` where the gate is off):
+        publish the copies instead, rather than one device for one claim at a time."""
+        if _allows_multiple(sent) and not _allows_multiple(written):
+            log.error(
+                "shared devices: the API server drops allowMultipleAllocations (feature gate "
+                "DRAConsumableCapacity off?); publishing one device per copy instead"
+            )
+            self._shares = False
             self._wanted = None
 
     def _counters_dropped(self, sent: ResourceSlice, written: ResourceSlice) -> None:
@@ -350,6 +398,7 @@ class KubeSlicePublisher:
             held = self._api.from_wire(written)
             self._observe(held)
             self._taints_dropped(desired, held)
+            self._shares_dropped(desired, held)
             self._counters_dropped(desired, held)
             return
         raise ApiError(status=Status(code=409, message=f"ResourceSlice {name}: conflict"))
@@ -433,3 +482,7 @@ def _older(event: ResourceSlice, held: ResourceSlice) -> bool:
         return int(event.metadata.resourceVersion or "") < int(held.metadata.resourceVersion or "")
     except ValueError:
         return False
+
+
+def _allows_multiple(found: ResourceSlice) -> bool:
+    return any(d.allowMultipleAllocations for d in found.spec.devices or [])

@@ -45,11 +45,13 @@ from lightkube.models.resource_v1 import (
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.utils.quantity import parse_quantity
 
+from accel_plugins.dra.kube.shares import shared_device
 from accel_plugins.dra.kube.taints import Taint
-from accel_plugins.dra.model import device_names, dra_device_name
+from accel_plugins.dra.model import device_names, dra_device_name, shared_units, with_shared_units
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_shares import DraSharedUnits
 
 log = logging.getLogger(__name__)
 
@@ -132,22 +134,42 @@ def pool_devices(
     describe: Describe | None = None,
     namer: DraNamer | None = None,
     taint: Taint | None = None,
+    sharer: DraSharedUnits | None = None,
 ) -> list[KubeDevice]:
     """The pool's devices in a stable order (resource, then device ID): Unhealthy ones
-    tainted with ``taint``, or left out without it.
+    tainted with ``taint``, or left out without it; with ``sharer``, the copies of each
+    shared device published once, for several claims (shares.py).
 
     Named by :func:`~accel_plugins.dra.model.device_names`, the mapping the
     kubelet side reads allocation results back through (the backend's DraNamer
     when it has one; a name taken twice keeps the first device).
     """
     describe = describe or _no_description
-    return [
-        kube_device(
-            named.resource, named.device, describe(named.resource, named.device), name, taint
-        )
-        for name, named in device_names(tree, namer).items()
-        if named.device.healthy or taint is not None
-    ]
+    named = device_names(tree, namer)
+    units = shared_units(named, sharer)
+    chosen = with_shared_units(named, sharer)
+    first_copy = {copies[0][0]: unit for unit, copies in units.items()}
+    copied = {name for copies in units.values() for name, _ in copies}
+    out: list[KubeDevice] = []
+    for name, entry in named.items():
+        if name in first_copy:
+            unit = first_copy[name]
+            device = chosen[unit].device
+            if device.healthy or taint is not None:
+                info = describe(entry.resource, device)
+                kube = kube_device(entry.resource, device, info, unit, taint)
+                out.append(shared_device(kube, len(units[unit])))
+        elif name not in copied and (entry.device.healthy or taint is not None):
+            out.append(
+                kube_device(
+                    entry.resource,
+                    entry.device,
+                    describe(entry.resource, entry.device),
+                    name,
+                    taint,
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True)
@@ -280,6 +302,14 @@ def probe_slice(identity: PoolIdentity) -> ResourceSlice:
     # A name of its own: a dry-run create of an existing name is refused (409).
     only.metadata.name = None
     only.metadata.generateName = f"{identity.node}-{identity.driver}-probe-"
+    return only
+
+
+def probe_shares_slice(identity: PoolIdentity) -> ResourceSlice:
+    """A slice with one device for several claims, for a dry-run create: does the server
+    keep allowMultipleAllocations?"""
+    only = probe_slice(identity)
+    only.spec.devices = [shared_device(KubeDevice(name=PROBE_DEVICE), 2)]
     return only
 
 
