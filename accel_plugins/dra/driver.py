@@ -27,7 +27,7 @@ from pathlib import Path
 
 from accel_plugins.dra.checkpoint import Checkpoint
 from accel_plugins.dra.health import HealthFeed
-from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names
+from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names, dra_device_name
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.registration import DraRegistrationServicer, registration_socket_name
 from accel_plugins.dra.service import DraServer
@@ -35,7 +35,8 @@ from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshot
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.cordon import Cordons
+from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
@@ -52,6 +53,10 @@ CHECKPOINT_NAME = "checkpoint.json"
 DIR_MODE = 0o750
 
 BackendFactory = Callable[[], Backend]
+
+
+def _default_name(_resource: str, device: Device) -> str | None:
+    return dra_device_name(device.id)
 
 
 def driver_name_problem(name: str) -> str | None:
@@ -119,8 +124,13 @@ class DraDriver:
         settings: DraSettings,
         claims: ClaimSource,
         slices: SlicePublisher | None = None,
+        cordons: Cordons | None = None,
     ) -> None:
         self._factory = factory
+        self._cordons = cordons
+        self._raw: DeviceTree = {}  # as the backend published it; _tree has the cordons
+        if cordons is not None:
+            cordons.subscribe(lambda: self._on_tree(self._raw))
         self.settings = settings
         self._slices = slices
         self._inventory = Inventory(hook_timeout=settings.hook_timeout)
@@ -173,6 +183,7 @@ class DraDriver:
         for directory in (settings.plugin_dir, settings.plugins_registry_dir):
             directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
+        cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
         tasks = [asyncio.create_task(self._run_backends(None), name="backend")]
         self._backend_task = tasks[0]
         if self._slices is not None:
@@ -194,6 +205,8 @@ class DraDriver:
         finally:
             if watcher is not None:
                 watcher.close()
+            if cordon_watch is not None:
+                cordon_watch.close()
             if self._reoffer is not None:
                 self._reoffer.cancel()
             for task in [*tasks, self._backend_task]:
@@ -279,7 +292,7 @@ class DraDriver:
             backend = None
             self._backend = None
             # Nobody watches the hardware now: say so rather than keep promising health.
-            self._on_tree({r: all_unhealthy(ds) for r, ds in self._tree.items()})
+            self._on_tree({r: all_unhealthy(ds) for r, ds in self._raw.items()})
             if loop.time() - started >= settings.backend_stable_after:
                 backoff.reset()
             delay = backoff.next_delay()
@@ -296,7 +309,7 @@ class DraDriver:
         if backend is not self._backend or self._fatal is not None:
             return  # a replaced backend's late tree
         try:
-            check_snapshot(tree, self._tree)
+            check_snapshot(tree, self._raw)
         except InvalidSnapshotError as exc:
             self._fatal = exc
             self._stop.set()
@@ -304,6 +317,9 @@ class DraDriver:
         self._on_tree(tree)
 
     def _on_tree(self, tree: DeviceTree) -> None:
+        self._raw = tree
+        if self._cordons is not None:
+            tree = self._cordons.apply(tree, self._backend, _default_name)
         self._tree = tree
         named = device_names(tree, self._namer)
         self._inventory = Inventory(named, self._inventory.allocator, self.settings.hook_timeout)

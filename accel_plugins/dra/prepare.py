@@ -179,7 +179,8 @@ class Preparer:
                     f"node {self.pool} by driver {self.driver}"
                 )
             if not named.device.healthy:
-                raise ClaimError(f"device {result.device} is unhealthy")
+                why = f" ({named.device.reason})" if named.device.reason is not None else ""
+                raise ClaimError(f"device {result.device} is unhealthy{why}")
             by_request.setdefault(result.request, []).append((result, named))
 
         cdi_devices: list[CdiDevice] = []
