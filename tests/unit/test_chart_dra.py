@@ -98,7 +98,8 @@ def test_rbac_is_least_privilege() -> None:
             "verbs": ["create", "get", "list", "watch", "update", "delete"],
         },
         {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # get: the slices' owner; list and watch: the cordon annotation (kube_cordon.py).
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     ]
     binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == ACCOUNT
