@@ -38,6 +38,7 @@ from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
 from accel_plugins.plugin.cordon import Cordons
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_taints import DraTaintKeyer, TaintId, taint_of
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
@@ -152,6 +153,7 @@ class DraDriver:
             cdi_dir=settings.cdi_spec_dir,
             checkpoint=Checkpoint(settings.checkpoint_path, settings.driver_name),
             inventory=lambda: self._inventory,
+            taint=self._taint_of,
         )
         self._server: DraServer | None = None
         self._registration: RegistrationServer | None = None
@@ -298,6 +300,10 @@ class DraDriver:
             delay = backoff.next_delay()
             log.info("rebuilding the backend in %.1fs", delay)
             await asyncio.sleep(delay)
+
+    def _taint_of(self, resource: str, device: Device) -> TaintId:
+        keyer = self._backend if isinstance(self._backend, DraTaintKeyer) else None
+        return taint_of(self.settings.driver_name, keyer, resource, device)
 
     def _use(self, backend: Backend) -> None:
         self._backend = backend

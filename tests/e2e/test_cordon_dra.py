@@ -5,10 +5,11 @@ and registers with the emulator's plugin watcher. The Node annotation
 ``accel-plugins.io/cordon`` (kubectl annotate, no shell on the node) and
 ``accel-plugins cordon`` (the state file) each put a NoSchedule taint on the
 device in the node's ResourceSlice, with a Node Event; Prepare of a claim
-allocated that device fails naming the cordon; a restarted plugin keeps the
-file's cordon; removing both restores the device. The taint's shape (key a
-label name, value a label value, effect NoSchedule) is KEP-5055's, as
-kubernetes/kubernetes pkg/apis/resource/validation/validation.go validates it.
+allocated that device fails naming the cordon unless the claim tolerates the
+taint; a restarted plugin keeps the file's cordon; removing both restores the
+device. The taint's shape (key a label name, value a label value, effect
+NoSchedule) is KEP-5055's, as kubernetes/kubernetes
+pkg/apis/resource/validation/validation.go validates it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node
-from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
 from accel_plugins.kubelet import Kubelet
@@ -81,6 +82,30 @@ async def annotate(kube: AsyncClient, node: str, value: str | None) -> None:
         Node,
         node,
         {"metadata": {"annotations": {ANNOTATION: value}}},
+        patch_type=PatchType.MERGE,
+    )
+
+
+async def tolerating_allocation(
+    kube: AsyncClient, namespace: str, name: str, node: str, device: str
+) -> None:
+    """Allocate ``device`` as the scheduler does for a claim tolerating the driver's
+    unhealthy taint: the result carries the toleration (DeviceRequestAllocationResult)."""
+    toleration = {"key": f"{DRIVER}/unhealthy", "operator": "Exists", "effect": "NoSchedule"}
+    result = {"request": "accel", "driver": DRIVER, "pool": node, "device": device}
+    allocation = {
+        "devices": {"results": [result | {"tolerations": [toleration]}]},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+    await kube.patch(
+        ResourceClaimStatus,
+        name,
+        {"status": {"allocation": allocation}},
+        namespace=namespace,
         patch_type=PatchType.MERGE,
     )
 
@@ -141,8 +166,20 @@ async def test_cordon_by_annotation_and_by_command_in_dra_mode(
             await watching_kubelet.wait_for(lambda k: DRIVER in k.dra.names, timeout=TIMEOUT)
             client = watching_kubelet.dra.client(DRIVER)
             result = (await client.prepare([DraClaim(namespace, name, uid)], timeout=TIMEOUT))[uid]
-            assert result.error == "device gpu-1 is unhealthy (cordoned: fan failing)"
+            assert result.error == (
+                "device gpu-1 is unhealthy (cordoned: fan failing) and the claim does not "
+                f"tolerate its taint {DRIVER}/unhealthy=cordoned-fan-failing:NoSchedule"
+            )
             assert result.devices == ()
+            # A claim that tolerates the taint (the scheduler only allocates a tainted device
+            # to such a claim) is prepared: the cordon keeps new claims off, not these.
+            name, uid = await allocated_claim(
+                kube, namespace, gpu_class, kube_node, None, driver=DRIVER
+            )
+            await tolerating_allocation(kube, namespace, name, kube_node, "gpu-1")
+            result = (await client.prepare([DraClaim(namespace, name, uid)], timeout=TIMEOUT))[uid]
+            assert result.error == ""
+            assert [d.device for d in result.devices] == ["gpu-1"]
 
             events = await until(lambda: _events(kube, kube_node), "a Node Event")
             assert any("cordoned: fan failing" in (e.message or "") for e in events)

@@ -24,6 +24,7 @@ from accel_plugins.plugin.cordon import (
     uncordon,
 )
 from accel_plugins.plugin.device import Device, Health, tree
+from accel_plugins.plugin.dra_taints import DeviceToleration, TaintId
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 XID = HealthReason(ReasonKind.XID, "fell off the bus", code=79)
@@ -162,3 +163,27 @@ async def test_the_watched_file_and_the_annotation_merge(tmp_path: Path) -> None
         assert cordons.current == {"gpu-0": "from the node", "gpu-1": "also"}
     finally:
         watcher.close()
+
+
+# kubernetes/kubernetes staging/src/k8s.io/dynamic-resource-allocation/resourceclaim/
+# devicetoleration.go, ToleratesTaint: the rows below are its three rules and the default.
+TAINT = TaintId("gpu.nvidia.com/unhealthy", "cordoned-rma")
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        pytest.param(DeviceToleration(TAINT.key, "Exists"), True, id="exists-any-value"),
+        pytest.param(DeviceToleration(TAINT.key, "Equal", "cordoned-rma"), True, id="equal"),
+        pytest.param(DeviceToleration(TAINT.key, "Equal", "xid-79"), False, id="equal-other"),
+        pytest.param(DeviceToleration(TAINT.key, "", "cordoned-rma"), True, id="empty-is-equal"),
+        pytest.param(DeviceToleration("", "Exists"), True, id="empty-key-exists-matches-all"),
+        pytest.param(DeviceToleration("", "Equal"), False, id="empty-key-equal-needs-value"),
+        pytest.param(DeviceToleration("other/key", "Exists"), False, id="other-key"),
+        pytest.param(DeviceToleration(TAINT.key, "Exists", "", "NoExecute"), False, id="effect"),
+        pytest.param(DeviceToleration(TAINT.key, "Exists", "", "NoSchedule"), True, id="same"),
+        pytest.param(DeviceToleration(TAINT.key, "Lt"), False, id="unknown-operator"),
+    ],
+)
+def test_toleration_matching(toleration: DeviceToleration, tolerated: bool) -> None:
+    assert toleration.tolerates(TAINT) is tolerated

@@ -8,6 +8,7 @@ from lightkube import ApiError, AsyncClient
 
 from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, ResolvedClaim
+from accel_plugins.plugin.dra_taints import DeviceToleration
 
 
 class KubeClaimSource:
@@ -45,8 +46,28 @@ class KubeClaimSource:
             raise ClaimError(f"{where} is not allocated")
         results = (allocation.devices.results if allocation.devices else None) or []
         devices = tuple(
-            AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
+            AllocatedDevice(
+                request=r.request,
+                driver=r.driver,
+                pool=r.pool,
+                device=r.device,
+                tolerations=_tolerations(r),
+            )
             for r in results
             if r.driver == driver and r.pool == pool
         )
         return ResolvedClaim(ref=claim, devices=devices)
+
+
+def _tolerations(result: Any) -> tuple[DeviceToleration, ...]:
+    """A result's ``tolerations`` (1.33+, DRADeviceTaints; absent before and in v1beta1's
+    older servers, where nothing is tainted either)."""
+    return tuple(
+        DeviceToleration(
+            key=t.key or "",
+            operator=t.operator or "Equal",
+            value=t.value or "",
+            effect=t.effect or "",
+        )
+        for t in getattr(result, "tolerations", None) or []
+    )
