@@ -1,4 +1,4 @@
-"""One cordon in DRA mode, against a real kube-apiserver (DRADeviceTaints on).
+"""One cordon against a real kube-apiserver (DRADeviceTaints on), in both modes.
 
 ``accel-plugins nvidia --simulate pcie-4gpu --kubelet-api dra`` runs as a process
 and registers with the emulator's plugin watcher. The Node annotation
@@ -9,7 +9,8 @@ allocated that device fails naming the cordon unless the claim tolerates the
 taint; a restarted plugin keeps the file's cordon; removing both restores the
 device. The taint's shape (key a label name, value a label value, effect
 NoSchedule) is KEP-5055's, as kubernetes/kubernetes
-pkg/apis/resource/validation/validation.go validates it.
+pkg/apis/resource/validation/validation.go validates it. In device-plugin mode
+the annotation makes the device Unhealthy in ListAndWatch and refused by Allocate.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet import Kubelet, PluginCallError
 from accel_plugins.kubelet.dra import DraClaim
 from accel_plugins.testing import short_tempdir
 from tests.cli_support import run_cli_async
@@ -43,6 +44,8 @@ from tests.e2e.test_kubelet_admit_claims import (
     write_kubeconfig,
 )
 from tests.envtest import ApiServer
+from tests.reliability.plugin_process import Node as PluginNode
+from tests.reliability.plugin_process import PluginProcesses, ready
 
 DRIVER = "gpu.nvidia.com"
 TIMEOUT = 30.0
@@ -235,3 +238,36 @@ async def _events(kube: AsyncClient, node: str) -> list[Event] | None:
         if e.involvedObject.name == node and "cordoned" in (e.message or "")
     ]
     return found or None
+
+
+async def test_device_plugin_mode_follows_the_annotation_too(
+    kube: AsyncClient,
+    kube_node: str,
+    kube_apiserver: ApiServer,
+    kubelet: Kubelet,
+    kubelet_dir: Path,
+    tmp_path: Path,
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "admin.kubeconfig", kube_apiserver.kubeconfig())
+    resource = "nvidia.com/gpu"
+    processes = PluginProcesses(kubelet_dir, tmp_path)
+    argv = ["nvidia", "--simulate", "pcie-4gpu", "--metrics-address", ""]
+    argv += ["--node-name", kube_node, "--kubeconfig", str(kubeconfig)]
+    argv += ["--state-dir", str(tmp_path / "state")]
+    node = PluginNode(argv, resource, 4)
+    try:
+        await processes.spawn(node)
+        await kubelet.wait_for(ready(node), TIMEOUT)
+        device = sorted(kubelet.resources[resource].devices)[2]  # by its ListAndWatch ID
+
+        def unhealthy(ids: set[str]) -> Callable[[Kubelet], bool]:
+            return lambda k: set(k.resources[resource].unhealthy) == ids
+
+        await annotate(kube, kube_node, f"{device}=bad fan")
+        await kubelet.wait_for(unhealthy({device}), TIMEOUT)
+        with pytest.raises(PluginCallError, match=r"cordoned device IDs .* \(bad fan\)"):
+            await kubelet.client(resource).allocate([[device]])
+        await annotate(kube, kube_node, None)
+        await kubelet.wait_for(unhealthy(set()), TIMEOUT)
+    finally:
+        await processes.stop_all()
