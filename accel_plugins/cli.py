@@ -184,6 +184,24 @@ def _run_mps_control_daemon(args: argparse.Namespace) -> int:
     return run(MappingProxyType(options), MappingProxyType(dict(os.environ)))
 
 
+def _run_cordon(args: argparse.Namespace) -> int:
+    from accel_plugins.plugin.cordon import cordon
+
+    cordon(args.state_dir, args.device, args.reason)
+    print(f"cordoned {args.device} ({args.reason}) in {args.state_dir}")
+    return 0
+
+
+def _run_uncordon(args: argparse.Namespace) -> int:
+    from accel_plugins.plugin.cordon import uncordon
+
+    if not uncordon(args.state_dir, args.device):
+        print(f"{args.device} was not cordoned in {args.state_dir}", file=sys.stderr)
+        return 1
+    print(f"uncordoned {args.device} in {args.state_dir}")
+    return 0
+
+
 def _run_demo(args: argparse.Namespace) -> int:
     try:
         from accel_plugins.demo import run_demo
@@ -219,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kubelet": _run_kubelet,
         "demo": _run_demo,
         "mps-control-daemon": _run_mps_control_daemon,
+        "cordon": _run_cordon,
+        "uncordon": _run_uncordon,
     }
     prefix = f"accel-plugins {args.command}"
     try:

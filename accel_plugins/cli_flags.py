@@ -40,6 +40,7 @@ DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
 DEMO_COLORS = ("auto", "always", "never")  # accel_plugins.termstyle.COLOR_CHOICES
+DEFAULT_STATE_DIR = Path("/var/lib/accel-plugins")  # accel_plugins.plugin.cordon's
 
 
 def _converter(option: Option) -> Callable[[str], Any]:
@@ -213,6 +214,18 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
     )
 
 
+def _add_state_dir_flag(parser: argparse.ArgumentParser) -> None:
+    add_flag(
+        parser,
+        "--state-dir",
+        type=absolute_path,
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help="the node's accel-plugins state (a host path every plugin and mode shares): "
+        "cordons.json, which 'accel-plugins cordon' edits and the plugins watch",
+    )
+
+
 def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
@@ -268,6 +281,7 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     _add_dra_flags(p, command.default_dra_driver_name(backend.name))
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
+    _add_state_dir_flag(p)
     add_logging_flags(p)
     add_options(p, command.options)
 
@@ -333,6 +347,19 @@ def build_parser(
         "/metrics (set in the chart's pods, so inspect run there finds it); empty: no reasons",
     )
     _add_node_flag(p)
+    add_logging_flags(p)
+
+    p = sub.add_parser(
+        "cordon",
+        help="take a device out of service on this node, in both modes, until uncordoned",
+    )
+    p.add_argument("device", help="a device ID as ListAndWatch shows it, or a DRA device name")
+    p.add_argument("--reason", required=True, help="why (one line, shown in every channel)")
+    _add_state_dir_flag(p)
+    add_logging_flags(p)
+    p = sub.add_parser("uncordon", help="put a device cordoned with 'cordon' back in service")
+    p.add_argument("device", help="the device as it was cordoned")
+    _add_state_dir_flag(p)
     add_logging_flags(p)
 
     p = sub.add_parser("kubelet", help="run the kubelet emulator (for local development)")

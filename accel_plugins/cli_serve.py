@@ -33,6 +33,7 @@ from accel_plugins.plugin.command import BackendCommand, BackendContext
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.backend import Backend
+    from accel_plugins.plugin.cordon import Cordons
     from accel_plugins.plugin.manager import Manager, ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
     from accel_plugins.plugin.recorder import DeferredMetrics
@@ -50,6 +51,7 @@ async def serve(
     config_files: Sequence[Path] = (),
     node_name: str = "",
     kubeconfig: str | None = None,
+    cordons: Cordons | None = None,
 ) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
 
@@ -72,7 +74,7 @@ async def serve(
 
     listener = _metrics_listener(metrics_address) if metrics_address is not None else None
     recorder = DeferredMetrics()
-    manager = Manager(factory, settings, metrics=recorder)
+    manager = Manager(factory, settings, metrics=recorder, cordons=cordons)
     if pod_resources is not None:
         pod_resources.touch()  # the first scrape then has pods to name
     loop = asyncio.get_running_loop()
@@ -119,6 +121,12 @@ async def serve(
             await extras.enter_async_context(
                 node_events(manager.health, node_name, kubeconfig=kubeconfig)
             )
+            if cordons is not None:
+                from accel_plugins.kube_cordon import node_cordons
+
+                await extras.enter_async_context(
+                    node_cordons(cordons, node_name, kubeconfig=kubeconfig)
+                )
         await running
     finally:
         await extras.aclose()
@@ -231,6 +239,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
         )
     dra = _dra_settings(args) if args.kubelet_api == "dra" else None
     from accel_plugins.metrics.address import parse_address
+    from accel_plugins.plugin.cordon import Cordons
     from accel_plugins.plugin.manager import ManagerSettings
     from accel_plugins.plugin.podresources import PodResourcesCache
 
@@ -267,6 +276,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
                 config_files,
                 device_taints=args.dra_device_taints,
                 shared_devices=args.dra_shared_devices,
+                cordons=Cordons(args.state_dir),
             )
         )
     settings = ManagerSettings(
@@ -284,6 +294,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             config_files,
             args.node_name,
             args.kubeconfig or None,
+            Cordons(args.state_dir),
         )
     )
 

@@ -2,7 +2,8 @@
 
 pcie-4gpu with one config file as the device plugin reads it: GPU 0 time-sliced
 into 2 replicas (``nvidia.com/gpu.shared``), GPU 1 shared by MPS into 2
-replicas (``nvidia.com/gpu.mps``, its control daemon marked up), GPUs 2 and 3
+replicas (``nvidia.com/gpu.mps``, its control daemon up: its ``.started`` mark there
+and its lock held, as ``accel-plugins mps-control-daemon`` holds it), GPUs 2 and 3
 whole. ``gpu_config`` writes a claim's opaque parameters in the shape
 NVIDIA's DRA driver takes (NVIDIA/k8s-dra-driver-gpu
 ``api/nvidia.com/resource/v1beta1/api.go``: group ``resource.nvidia.com``,
@@ -19,6 +20,7 @@ from typing import Any
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.config.config import Overrides, load_config_file, resolve
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
+from accel_plugins.backends.nvidia.mps.mps_lock import DaemonLock
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from tests.nvidia_fixtures import profile
 
@@ -45,12 +47,20 @@ def mps_config(**limits: Any) -> dict[str, Any]:
     return gpu_config({"strategy": "MPS", "mpsConfig": limits})
 
 
+# The daemons' locks of the nodes made so far: held for the rest of the session, as a
+# running daemon holds its own (one file descriptor per node).
+_DAEMONS: list[DaemonLock] = []
+
+
 def sharing_node(tmp_path: Path) -> tuple[NvidiaBackend, Path]:
-    """The backend, and its MPS root (the daemon's ``.started`` mark already there)."""
+    """The backend, and its MPS root (the daemon's ``.started`` mark and lock there)."""
     mps_root = tmp_path / "mps"
     started = mps_root / MPS / ".started"
     started.parent.mkdir(parents=True)
     started.touch()
+    lock = DaemonLock(mps_root)
+    assert lock.try_acquire()
+    _DAEMONS.append(lock)
     path = tmp_path / "config.yaml"
     path.write_text(textwrap.dedent(CONFIG))
     settings = resolve(Overrides(mps_root=str(mps_root)), load_config_file(path))

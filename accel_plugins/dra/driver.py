@@ -33,6 +33,7 @@ from accel_plugins.dra.model import (
     ClaimSource,
     SlicePublisher,
     device_names,
+    dra_device_name,
     with_shared_units,
 )
 from accel_plugins.dra.prepare import Inventory, Preparer
@@ -42,10 +43,12 @@ from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshot
 from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
-from accel_plugins.plugin.device import DeviceTree
+from accel_plugins.plugin.cordon import Cordons
+from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_config import DraConfigAllocator
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.dra_shares import DraSharedUnits
+from accel_plugins.plugin.dra_taints import DraTaintKeyer, TaintId, taint_of
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.plugin_watcher import RegistrationServer
 from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
@@ -61,6 +64,10 @@ CHECKPOINT_NAME = "checkpoint.json"
 DIR_MODE = 0o750
 
 BackendFactory = Callable[[], Backend]
+
+
+def _default_name(_resource: str, device: Device) -> str | None:
+    return dra_device_name(device.id)
 
 
 def driver_name_problem(name: str) -> str | None:
@@ -129,8 +136,13 @@ class DraDriver:
         settings: DraSettings,
         claims: ClaimSource,
         slices: SlicePublisher | None = None,
+        cordons: Cordons | None = None,
     ) -> None:
         self._factory = factory
+        self._cordons = cordons
+        self._raw: DeviceTree = {}  # as the backend published it; _tree has the cordons
+        if cordons is not None:
+            cordons.subscribe(lambda: self._on_tree(self._raw))
         self.settings = settings
         self._slices = slices
         self._inventory = Inventory(hook_timeout=settings.hook_timeout)
@@ -154,6 +166,7 @@ class DraDriver:
                 settings.checkpoint_path, settings.driver_name, read_boot_id(settings.boot_id_path)
             ),
             inventory=lambda: self._inventory,
+            taint=self._taint_of,
         )
         self._server: DraServer | None = None
         self._registration: RegistrationServer | None = None
@@ -185,6 +198,7 @@ class DraDriver:
         for directory in (settings.plugin_dir, settings.plugins_registry_dir):
             directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
+        cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
         tasks = [asyncio.create_task(self._run_backends(None), name="backend")]
         self._backend_task = tasks[0]
         if self._slices is not None:
@@ -209,6 +223,8 @@ class DraDriver:
         finally:
             if watcher is not None:
                 watcher.close()
+            if cordon_watch is not None:
+                cordon_watch.close()
             if self._reoffer is not None:
                 self._reoffer.cancel()
             for task in [*tasks, self._backend_task]:
@@ -305,12 +321,16 @@ class DraDriver:
             backend = None
             self._backend = None
             # Nobody watches the hardware now: say so rather than keep promising health.
-            self._on_tree({r: all_unhealthy(ds) for r, ds in self._tree.items()})
+            self._on_tree({r: all_unhealthy(ds) for r, ds in self._raw.items()})
             if loop.time() - started >= settings.backend_stable_after:
                 backoff.reset()
             delay = backoff.next_delay()
             log.info("rebuilding the backend in %.1fs", delay)
             await asyncio.sleep(delay)
+
+    def _taint_of(self, resource: str, device: Device) -> TaintId:
+        keyer = self._backend if isinstance(self._backend, DraTaintKeyer) else None
+        return taint_of(self.settings.driver_name, keyer, resource, device)
 
     def _use(self, backend: Backend) -> None:
         self._backend = backend
@@ -329,7 +349,7 @@ class DraDriver:
         if backend is not self._backend or self._fatal is not None:
             return  # a replaced backend's late tree
         try:
-            check_snapshot(tree, self._tree)
+            check_snapshot(tree, self._raw)
         except InvalidSnapshotError as exc:
             self._fatal = exc
             self._stop.set()
@@ -337,6 +357,9 @@ class DraDriver:
         self._on_tree(tree)
 
     def _on_tree(self, tree: DeviceTree) -> None:
+        self._raw = tree
+        if self._cordons is not None:
+            tree = self._cordons.apply(tree, self._backend, _default_name)
         self._tree = tree
         sharer = self._backend if isinstance(self._backend, DraSharedUnits) else None
         # Shared devices' names too: where the slices offer a device for several claims.

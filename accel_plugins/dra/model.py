@@ -24,6 +24,7 @@ from accel_plugins.errors import AccelPluginsError
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.dra_shares import DraSharedUnits
+from accel_plugins.plugin.dra_taints import DeviceToleration
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class AllocatedDevice:
     driver: str
     pool: str
     device: str  # the DRA device name (see dra_device_name)
+    # The claim's tolerations of this device's taints (what let the scheduler pick a
+    # tainted device): Prepare honours them too.
+    tolerations: tuple[DeviceToleration, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from accel_plugins.plugin.dra_config import (
     ClaimParametersError,
     DraConfigAllocator,
 )
+from accel_plugins.plugin.dra_taints import TaintId
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,10 @@ class Preparer:
         cdi_dir: Path,
         checkpoint: Checkpoint,
         inventory: Callable[[], Inventory],
+        taint: Callable[[str, Device], TaintId] | None = None,
     ) -> None:
         self.driver = driver
+        self._taint = taint  # an Unhealthy device's taint in the slices, when they carry one
         self.pool = pool
         self._claims = claims
         self._cdi_dir = cdi_dir
@@ -307,7 +310,7 @@ class Preparer:
                     f"node {self.pool} by driver {self.driver}"
                 )
             if not named.device.healthy:
-                raise ClaimError(f"device {result.device} is unhealthy")
+                self._check_tolerated(result, named)
             by_request.setdefault(result.request, []).append((result, named))
 
         cdi_devices: list[CdiDevice] = []
@@ -356,6 +359,22 @@ class Preparer:
                 )
             )
         return PreparedClaim(ref, tuple(devices), spec_file, spec_text)
+
+    def _check_tolerated(self, result: AllocatedDevice, named: NamedDevice) -> None:
+        """An Unhealthy device is prepared only for a claim that tolerates its taint (the
+        scheduler allocated it so on purpose); ClaimError, naming reason and taint, else."""
+        device = named.device
+        why = f" ({device.reason})" if device.reason is not None else ""
+        if self._taint is None:
+            raise ClaimError(f"device {result.device} is unhealthy{why}")
+        taint = self._taint(named.resource, device)
+        if any(t.tolerates(taint) for t in result.tolerations):
+            log.info("device %s is unhealthy%s; the claim tolerates it", result.device, why)
+            return
+        raise ClaimError(
+            f"device {result.device} is unhealthy{why} and the claim does not tolerate its "
+            f"taint {taint.key}={taint.value}:{taint.effect}"
+        )
 
     async def _allocate(
         self,

@@ -9,6 +9,7 @@ install reports the missing extra instead of failing to import.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import signal
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
+from accel_plugins.kube_cordon import node_cordons
 from accel_plugins.kube_events import node_events
 from accel_plugins.metrics.collectors import (
     BackendCollector,
@@ -30,6 +32,7 @@ from accel_plugins.metrics.collectors import (
 )
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
+from accel_plugins.plugin.cordon import Cordons
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_names import DraNamer
@@ -63,6 +66,7 @@ async def serve_dra(
     *,
     device_taints: str = "auto",
     shared_devices: str = "auto",
+    cordons: Cordons | None = None,
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -140,7 +144,7 @@ async def serve_dra(
         shares=shared_devices,
     )
     claims = kube.KubeClaimSource(client, apis)
-    driver = DraDriver(factory, settings, claims, slices)
+    driver = DraDriver(factory, settings, claims, slices, cordons)
     running = driver
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(HealthReasonCollector(lambda: running.tree))
@@ -168,7 +172,12 @@ async def serve_dra(
     loop.add_signal_handler(signal.SIGHUP, driver.reload)
     config_watch = watch_configs(config_files, lambda _path: running.reload())
     try:
-        async with node_events(driver.health, settings.node_name, client=client):
+        async with (
+            node_events(driver.health, settings.node_name, client=client),
+            node_cordons(cordons, settings.node_name, client=client)
+            if cordons is not None
+            else contextlib.nullcontext(),
+        ):
             await driver.run()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

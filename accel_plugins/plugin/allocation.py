@@ -14,6 +14,7 @@ from typing import Any
 
 from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceNode, Mount
+from accel_plugins.plugin.health_reason import ReasonKind
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
 
 _SHOWN_IDS = 8
 _SHOWN_ID_CHARS = 64
+_SHOWN_REASON_CHARS = 256
 
 
 def _describe(ids: Iterable[str]) -> str:
@@ -63,6 +65,8 @@ def resolve(
     duplicates: list[str] = []
     unknown: list[str] = []
     unhealthy: list[str] = []
+    cordoned: list[str] = []
+    cordon_text = ""
     devices: list[Device] = []
     for device_id in ids:
         if device_id in seen:
@@ -74,7 +78,12 @@ def resolve(
         if device is None:
             unknown.append(device_id)
         elif require_healthy and not device.healthy:
-            unhealthy.append(device_id)
+            # A cordon is an operator's decision, not a fault: say so, with their words.
+            if device.reason is not None and device.reason.kind is ReasonKind.CORDONED:
+                cordoned.append(device_id)
+                cordon_text = cordon_text or device.reason.detail
+            else:
+                unhealthy.append(device_id)
         else:
             devices.append(device)
     problems = []
@@ -82,6 +91,9 @@ def resolve(
         problems.append(f"unknown device IDs {_describe(unknown)}")
     if unhealthy:
         problems.append(f"unhealthy device IDs {_describe(unhealthy)}")
+    if cordoned:
+        why = f" ({cordon_text[:_SHOWN_REASON_CHARS]})" if cordon_text else ""
+        problems.append(f"cordoned device IDs {_describe(cordoned)}{why}")
     if duplicates:
         problems.append(f"duplicate device IDs {_describe(duplicates)}")
     if problems:

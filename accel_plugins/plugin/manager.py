@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.plugin.cordon import Cordons
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.plugin.kubelet_restarts import KubeletRestarts
@@ -111,8 +112,13 @@ class Manager:
         settings: ManagerSettings,
         *,
         metrics: PluginMetrics = NO_METRICS,
+        cordons: Cordons | None = None,
     ) -> None:
         self._factory = backend_factory
+        self._cordons = cordons
+        self._served: DeviceTree = {}  # the backend's tree with the cordons laid over it
+        if cordons is not None:
+            cordons.subscribe(lambda: self._post(_Event.TREE))
         self.settings = settings
         self._metrics = metrics
         self._kubelet_restarts = KubeletRestarts(lambda: self._metrics.kubelet_restarted())
@@ -149,6 +155,7 @@ class Manager:
         if self.settings.plugin_watcher:
             self.settings.plugins_registry_dir.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
+        cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
         self._kubelet_restarts.checked(self._kubelet_identity())
         self._restart_backend()
         # Without inotify a timer stands in for the events; with it, an idle
@@ -173,6 +180,8 @@ class Manager:
                 checker.cancel()
             if watcher is not None:
                 watcher.close()
+            if cordon_watch is not None:
+                cordon_watch.close()
             await self._stop_backend()
             for plugin in list(self._plugins.values()):
                 await plugin.stop()
@@ -203,7 +212,7 @@ class Manager:
 
     @property
     def tree(self) -> DeviceTree:
-        return self._tree
+        return self._served
 
     @property
     def backend(self) -> Backend | None:
@@ -323,6 +332,9 @@ class Manager:
     # -- snapshots -------------------------------------------------------------
 
     async def _apply(self, tree: DeviceTree) -> None:
+        if self._cordons is not None:
+            tree = self._cordons.apply(tree, self._backend)
+        self._served = tree
         self.health.observe(tree)
         for resource in sorted(set(self._plugins) - set(tree)):
             log.info("resource %s: gone from the backend", resource)

@@ -17,7 +17,7 @@ import pytest
 from tests.chart_support import Obj, ci_values, container, mounts, of_kind, render
 
 README = Path(__file__).resolve().parents[2] / "docs" / "install.md"
-WRITABLE = {"/var/lib/kubelet/device-plugins", "/var/run/cdi"}
+WRITABLE = {"/var/lib/kubelet/device-plugins", "/var/run/cdi", "/var/lib/accel-plugins"}
 
 
 def security_paragraph() -> str:

@@ -38,11 +38,13 @@ AREAS = {
     "kubeclient": "kubeclient.py",
     # Node Events about device health (both modes; skipped, saying so, without lightkube).
     "kube_events": "kube_events.py",
+    # The cordon annotation's watch (only with API access; the cordon file needs none).
+    "kube_cordon": "kube_cordon.py",
     "claim_api": "kubelet/claim_api.py",
     "testing": "testing",
 }
 # Areas that install with another's extra.
-EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra", "kube_events": "dra"}
+EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra", "kube_events": "dra", "kube_cordon": "dra"}
 
 # Top-level module -> the distribution that provides it.
 PROVIDES = {

@@ -244,6 +244,7 @@ def test_defaults_run_nvidia_on_nfd_labelled_gpu_nodes() -> None:
     } == {
         "/var/lib/kubelet/device-plugins": (False, "/var/lib/kubelet/device-plugins"),
         "/var/lib/kubelet/pod-resources": (True, "/var/lib/kubelet/pod-resources"),
+        "/var/lib/accel-plugins": (False, "/var/lib/accel-plugins"),  # cordons
     }
 
 
@@ -293,6 +294,7 @@ def test_generic_only_mounts_host_dev_sys_udev_and_cdi() -> None:
     assert host == {
         "/var/lib/kubelet/device-plugins": (False, "/var/lib/kubelet/device-plugins"),
         "/var/lib/kubelet/pod-resources": (True, "/var/lib/kubelet/pod-resources"),
+        "/var/lib/accel-plugins": (False, "/var/lib/accel-plugins"),  # cordons
         "/host/dev": (True, "/dev"),
         "/host/sys": (True, "/sys"),
         "/run/udev": (True, "/run/udev"),

@@ -102,7 +102,8 @@ def test_rbac_is_least_privilege() -> None:
             "resources": ["resourceclaims"],
             "verbs": ["get", "watch"],
         },
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        # get: the slices' owner; list and watch: the cordon annotation (kube_cordon.py).
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     ]
     binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]
     assert binding["roleRef"]["name"] == role["metadata"]["name"] == ACCOUNT

@@ -9,6 +9,9 @@ ServiceAccount.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
@@ -25,7 +28,8 @@ NAME = f"{RELEASE}-accel-plugins-health-events"
 PLUGIN_ACCOUNT = f"{RELEASE}-accel-plugins-plugin"
 DRA_ACCOUNT = f"{RELEASE}-accel-plugins-dra"
 EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
-NODES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+# list and watch: the accel-plugins.io/cordon annotation (accel_plugins/kube_cordon.py).
+NODES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +48,7 @@ def render(values: Obj) -> list[Obj]:
         pytest.param(ci_values("dra"), DRA_ACCOUNT, id="dra"),
     ],
 )
-def test_events_create_in_default_and_nodes_get_only(values: Obj, account: str) -> None:
+def test_events_create_in_default_and_nodes_read_only(values: Obj, account: str) -> None:
     objects = render(values)
     role = of_kind(objects, "Role")[NAME]
     assert (role["metadata"]["namespace"], role["rules"]) == ("default", EVENTS)
@@ -73,7 +77,7 @@ def test_off_renders_no_account_and_mounts_no_token() -> None:
 
 
 async def test_the_account_can_post_node_events_and_no_more(
-    kube: AsyncClient, kube_node: str, kube_apiserver: ApiServer
+    kube: AsyncClient, kube_node: str, kube_apiserver: ApiServer, tmp_path: Path
 ) -> None:
     from lightkube import ApiError, KubeConfig, codecs
     from lightkube.core.resource import GlobalResource
@@ -122,5 +126,25 @@ async def test_the_account_can_post_node_events_and_no_more(
                 await forbidden
             refused.append(error.value.status.code)
         assert refused == [403, 403, 403]
+
+        # And it may follow its Node's cordon annotation (kube_cordon.py), as the plugin does.
+        from accel_plugins.kube_cordon import follow_annotation
+        from accel_plugins.plugin.cordon import ANNOTATION, Cordons
+
+        cordons = Cordons(tmp_path)
+        changed = asyncio.Event()
+        cordons.subscribe(changed.set)
+        following = asyncio.create_task(follow_annotation(client, kube_node, cordons))
+        try:
+            await kube.patch(
+                Node, kube_node, {"metadata": {"annotations": {ANNOTATION: "c0=bad fan"}}}
+            )
+            async with asyncio.timeout(30):
+                await changed.wait()
+            assert cordons.current == {"c0": "bad fan"}
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
     finally:
         await client.close()

@@ -50,6 +50,8 @@ WRITABLE_HOST_PATHS = {
     "/etc/kubernetes/node-feature-discovery/features.d",
     # kubeletApi dra: the DRA driver's socket and checkpoint under <dir>/<driver>/.
     "/var/lib/kubelet/plugins",
+    # common.stateDir: the node's cordons, which `kubectl exec ... accel-plugins cordon` edits.
+    "/var/lib/accel-plugins",
 }
 
 

@@ -40,6 +40,7 @@ from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.mps.fake_mps_control import COMMANDS_FILE, PID_FILE
 from accel_plugins.backends.nvidia.mps.mps_control import MpsControl, MpsControlError, fake_program
 from accel_plugins.backends.nvidia.mps.mps_daemon import Daemons
+from accel_plugins.backends.nvidia.mps.mps_lock import DaemonLock, daemon_alive
 from accel_plugins.backends.nvidia.mps.mps_plan import DaemonPlan, SharedGpu, daemon_plans
 from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
@@ -427,9 +428,11 @@ async def test_readiness_follows_started_files(tmp_path: Path) -> None:
     changed = asyncio.Event()
     readiness = MpsReadiness(root, ["nvidia.com/gpu"], changed.set)
     task = asyncio.create_task(readiness.run())
+    lock = DaemonLock(root.path)
     try:
         assert not readiness.is_ready("nvidia.com/gpu")
-        # What the daemon does: directories, .started, then .ready.
+        # What the daemon does: its life lock, directories, .started, then .ready.
+        assert lock.try_acquire()
         root.pipe_dir("nvidia.com/gpu").mkdir(parents=True)
         root.started_file("nvidia.com/gpu").touch()
         root.ready_file.touch()
@@ -442,9 +445,52 @@ async def test_readiness_follows_started_files(tmp_path: Path) -> None:
             await changed.wait()
         assert not readiness.is_ready("nvidia.com/gpu")
     finally:
+        lock.release()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@pytest.mark.parametrize(
+    ("lock_held", "started", "ready"),
+    [
+        pytest.param(True, True, True, id="daemon-up-and-started"),
+        pytest.param(False, True, False, id="started-left-by-a-killed-daemon"),
+        pytest.param(True, False, False, id="daemon-up-control-program-not-started"),
+        pytest.param(False, False, False, id="nothing"),
+    ],
+)
+def test_ready_needs_both_started_file_and_life_lock(
+    tmp_path: Path, lock_held: bool, started: bool, ready: bool
+) -> None:
+    root = MpsRoot(tmp_path / "mps")
+    root.resource_dir("nvidia.com/gpu").mkdir(parents=True)
+    if started:
+        root.started_file("nvidia.com/gpu").touch()
+    lock = DaemonLock(root.path)
+    if lock_held:
+        assert lock.try_acquire()
+    try:
+        readiness = MpsReadiness(root, ["nvidia.com/gpu"], lambda: None)
+        assert readiness.is_ready("nvidia.com/gpu") is ready
+        assert readiness.daemon_running is lock_held
+    finally:
+        lock.release()
+
+
+def test_life_lock_probe_never_takes_it_from_the_daemon(tmp_path: Path) -> None:
+    """flock, not fcntl record locks: the probe's close must not drop the holder's lock."""
+    assert not daemon_alive(tmp_path)  # no file: no daemon
+    lock = DaemonLock(tmp_path)
+    assert lock.try_acquire()
+    assert daemon_alive(tmp_path)
+    assert daemon_alive(tmp_path)  # still held after a probe opened and closed the file
+    second = DaemonLock(tmp_path)
+    assert not second.try_acquire()  # one daemon per root
+    lock.release()
+    assert not daemon_alive(tmp_path)
+    assert second.try_acquire()
+    second.release()
 
 
 async def test_backend_marks_mps_replicas_unhealthy_while_not_ready(
@@ -464,13 +510,27 @@ async def test_backend_marks_mps_replicas_unhealthy_while_not_ready(
     first = recorder.latest
     assert health(first, "nvidia.com/gpu.mps") == {Health.UNHEALTHY}  # listed, not removed
     assert health(first, "nvidia.com/gpu.shared") == {Health.HEALTHY}
-    root.resource_dir("nvidia.com/gpu.mps").mkdir(parents=True)
-    root.started_file("nvidia.com/gpu.mps").touch()
-    root.ready_file.touch()
-    await recorder.wait_for(lambda t: health(t, "nvidia.com/gpu.mps") == {Health.HEALTHY})
-    root.started_file("nvidia.com/gpu.mps").unlink()
-    root.ready_file.unlink()
+    lock = DaemonLock(root.path)
+    assert lock.try_acquire()
+    try:
+        root.resource_dir("nvidia.com/gpu.mps").mkdir(parents=True)
+        root.started_file("nvidia.com/gpu.mps").touch()
+        root.ready_file.touch()
+        await recorder.wait_for(lambda t: health(t, "nvidia.com/gpu.mps") == {Health.HEALTHY})
+        root.started_file("nvidia.com/gpu.mps").unlink()
+        root.ready_file.unlink()
+        await recorder.wait_for(lambda t: health(t, "nvidia.com/gpu.mps") == {Health.UNHEALTHY})
+        assert {str(d.reason) for d in recorder.latest["nvidia.com/gpu.mps"].values()} == {
+            "other: the MPS control daemon is not ready"
+        }
+        root.started_file("nvidia.com/gpu.mps").touch()
+        await recorder.wait_for(lambda t: health(t, "nvidia.com/gpu.mps") == {Health.HEALTHY})
+    finally:
+        lock.release()  # the daemon died: its files stay, its lock does not
     await recorder.wait_for(lambda t: health(t, "nvidia.com/gpu.mps") == {Health.UNHEALTHY})
+    assert {str(d.reason) for d in recorder.latest["nvidia.com/gpu.mps"].values()} == {
+        "other: no MPS control daemon is running"
+    }
     assert len(recorder.latest["nvidia.com/gpu.mps"]) == 2
 
 

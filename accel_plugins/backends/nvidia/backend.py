@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MPS_DOWN = HealthReason(ReasonKind.OTHER, "the MPS control daemon is not ready")
+# Its life lock is free: no mps-control-daemon runs at all (killed, or never started).
+MPS_GONE = HealthReason(ReasonKind.OTHER, "no MPS control daemon is running")
 
 
 class NvidiaBackend:
@@ -162,10 +164,11 @@ class NvidiaBackend:
             # MPS replicas stay listed while their control daemon is down, Unhealthy.
             return name in self._mps_resources and not (self._mps and self._mps.is_ready(name))
 
+        mps_reason = MPS_DOWN if self._mps and self._mps.daemon_running else MPS_GONE
         return tree(
             {
                 name: [
-                    d.with_health(Health.UNHEALTHY, MPS_DOWN) if mps_down(name) else checked(d)
+                    d.with_health(Health.UNHEALTHY, mps_reason) if mps_down(name) else checked(d)
                     for d in devices
                 ]
                 for name, devices in self._resources.items()

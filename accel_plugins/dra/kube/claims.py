@@ -32,6 +32,7 @@ from accel_plugins.dra.model import (
     OpaqueConfig,
     ResolvedClaim,
 )
+from accel_plugins.plugin.dra_taints import DeviceToleration
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,13 @@ class KubeClaimSource:
         read = _Read(
             claim,
             tuple(
-                AllocatedDevice(request=r.request, driver=r.driver, pool=r.pool, device=r.device)
+                AllocatedDevice(
+                    request=r.request,
+                    driver=r.driver,
+                    pool=r.pool,
+                    device=r.device,
+                    tolerations=_tolerations(r),
+                )
                 for r in results
             ),
             tuple(configs),
@@ -198,3 +205,17 @@ class KubeClaimSource:
             log.debug("watch of claim %s/%s ended: %s", claim.namespace, claim.name, exc)
         if self._watches.get(claim.uid) is asyncio.current_task():
             self._forget(claim.uid)
+
+
+def _tolerations(result: Any) -> tuple[DeviceToleration, ...]:
+    """A result's ``tolerations`` (1.33+, DRADeviceTaints; absent before and in v1beta1's
+    older servers, where nothing is tainted either)."""
+    return tuple(
+        DeviceToleration(
+            key=t.key or "",
+            operator=t.operator or "Equal",
+            value=t.value or "",
+            effect=t.effect or "",
+        )
+        for t in getattr(result, "tolerations", None) or []
+    )

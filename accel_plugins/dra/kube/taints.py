@@ -18,20 +18,33 @@ label name, the value a label value, effect NoSchedule or NoExecute).
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable
 
 from lightkube.models.resource_v1 import DeviceTaint
 
 from accel_plugins.plugin.device import Device
-from accel_plugins.plugin.dra_taints import DraTaintKeyer
+from accel_plugins.plugin.dra_taints import (
+    DEFAULT_KEY_NAME,
+    EFFECT,
+    MAX_LABEL_VALUE,
+    NO_REASON,
+    DraTaintKeyer,
+    label_value,
+    reason_value,
+    taint_of,
+)
 
-EFFECT = "NoSchedule"
-DEFAULT_KEY_NAME = "unhealthy"
-NO_REASON = "unknown"
-MAX_LABEL_VALUE = 63
-_NOT_VALUE_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
-_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+__all__ = [
+    "DEFAULT_KEY_NAME",
+    "EFFECT",
+    "MAX_LABEL_VALUE",
+    "NO_REASON",
+    "Taint",
+    "TaintMode",
+    "label_value",
+    "reason_value",
+    "taint_maker",
+]
 
 Taint = Callable[[str, Device], DeviceTaint]
 
@@ -44,23 +57,11 @@ class TaintMode(enum.StrEnum):
     OFF = "off"
 
 
-def label_value(text: str) -> str:
-    """``text`` as a Kubernetes label value: [A-Za-z0-9_.-], alphanumeric ends, <= 63."""
-    value = _NOT_VALUE_CHARS.sub("-", text)[:MAX_LABEL_VALUE]
-    return _EDGES.sub("", value)
-
-
-def reason_value(device: Device) -> str:
-    """The taint value: the device's reason ("xid 79: fell off" -> "xid-79-fell-off")."""
-    return label_value(str(device.reason)) if device.reason is not None else NO_REASON
-
-
 def taint_maker(driver: str, keyer: DraTaintKeyer | None = None) -> Taint:
     """The taint of an Unhealthy device of ``driver`` (the backend's key when it has one)."""
-    default = f"{driver}/{DEFAULT_KEY_NAME}"
 
     def taint(resource: str, device: Device) -> DeviceTaint:
-        key = keyer.dra_taint_key(resource, device) if keyer is not None else None
-        return DeviceTaint(key=key or default, value=reason_value(device), effect=EFFECT)
+        found = taint_of(driver, keyer, resource, device)
+        return DeviceTaint(key=found.key, value=found.value, effect=found.effect)
 
     return taint

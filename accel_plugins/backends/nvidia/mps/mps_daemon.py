@@ -4,10 +4,12 @@ For each plan (:mod:`mps_plan`) a :class:`Supervisor` creates the resource's
 pipe and log directories under the MPS root, runs the control program there
 (:mod:`mps_control`), hands it the limits, then writes ``.started``; when every
 daemon has started, ``<root>/.ready`` (NVIDIA's ``cmd/mps-control-daemon``
-files, :mod:`mps_root`). A control program that dies takes its ``.started``
-(and ``.ready``) away, so the plugin marks that resource's replicas Unhealthy,
-and is restarted after a backoff (1 s, doubling to 30 s). On stop, ``.ready``
-goes first, then each daemon gets ``quit`` and its ``.started`` is removed.
+files, :mod:`mps_root`). For as long as it runs, the daemon holds the root's
+life lock (:mod:`mps_lock`), which dies with it however it dies. A control
+program that dies takes its ``.started`` (and ``.ready``) away, so the plugin
+marks that resource's replicas Unhealthy, and is restarted after a backoff (1 s,
+doubling to 30 s). On stop, ``.ready`` goes first, then each daemon gets ``quit``
+and its ``.started`` is removed.
 
 Not done, as NVIDIA does: the GPUs' compute mode is left as it is (NVIDIA runs
 ``nvidia-smi -c EXCLUSIVE_PROCESS`` on start and ``DEFAULT`` on stop, which
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from accel_plugins.backends.nvidia.mps.mps_control import MpsControl, MpsControlError
+from accel_plugins.backends.nvidia.mps.mps_lock import DaemonLock
 from accel_plugins.backends.nvidia.mps.mps_plan import DaemonPlan
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 
@@ -202,6 +205,18 @@ class Daemons:
             return
         self.root.path.mkdir(parents=True, exist_ok=True)
         _remove(self.root.ready_file)
+        # Files a killed daemon left must be gone before the lock says "alive" again.
+        for supervisor in self.supervisors:
+            _remove(self.root.started_file(supervisor.resource))
+        lock = DaemonLock(self.root.path)
+        if not await lock.acquire(stop):
+            return
+        try:
+            await self._supervise(stop)
+        finally:
+            lock.release()
+
+    async def _supervise(self, stop: asyncio.Event) -> None:
         tasks = [asyncio.ensure_future(s.run(stop)) for s in self.supervisors]
         stopping = asyncio.ensure_future(stop.wait())
         try:

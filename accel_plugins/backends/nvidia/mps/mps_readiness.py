@@ -4,8 +4,13 @@ NVIDIA's plugin asks its daemon once, at start (``waitForDaemon``), and never
 again. Here readiness follows the daemon's files (:mod:`mps_root`): inotify on
 the root (where ``.ready`` comes and goes whenever a daemon starts or stops) and
 on each resource's directory (its ``.started``), so a control program that dies
-turns its replicas Unhealthy at once and Healthy again when it is back, with no
-polling.
+turns its replicas Unhealthy at once and Healthy again when it is back.
+
+Files outlive a daemon killed with SIGKILL, so a resource is ready only while
+its ``.started`` exists *and* a daemon holds the root's life lock
+(:mod:`mps_lock`). A lock's death makes no inotify event: it is probed every
+:data:`LOCK_POLL_SECONDS` (one ``open``/``flock``/``close``), well inside the
+2 s in which issue 26 wants the replicas Unhealthy.
 """
 
 from __future__ import annotations
@@ -15,23 +20,33 @@ import logging
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from accel_plugins.backends.nvidia.mps.mps_lock import daemon_alive
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.errors import BackendError
 from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
 
+LOCK_POLL_SECONDS = 0.5
+
 
 class MpsReadiness:
     """Tracks ``.started`` of each resource; ``on_change`` runs when any of them flips."""
 
     def __init__(
-        self, root: MpsRoot, resources: Collection[str], on_change: Callable[[], None]
+        self,
+        root: MpsRoot,
+        resources: Collection[str],
+        on_change: Callable[[], None],
+        *,
+        lock_poll: float = LOCK_POLL_SECONDS,
     ) -> None:
         self.root = root
         self.resources = tuple(sorted(resources))
         self._on_change = on_change
-        self._ready = {name: root.is_started(name) for name in self.resources}
+        self._lock_poll = lock_poll
+        self._alive = False
+        self._ready = self._now()
         self._watcher: DirWatcher | None = None
 
     def is_ready(self, resource: str) -> bool:
@@ -48,8 +63,17 @@ class MpsReadiness:
                 except InotifyError:  # removed meanwhile: the next root event retries
                     continue
 
+    @property
+    def daemon_running(self) -> bool:
+        """A daemon held the life lock at the last check."""
+        return self._alive
+
+    def _now(self) -> dict[str, bool]:
+        self._alive = alive = daemon_alive(self.root.path)
+        return {name: alive and self.root.is_started(name) for name in self.resources}
+
     def _recheck(self) -> None:
-        now = {name: self.root.is_started(name) for name in self.resources}
+        now = self._now()
         if now == self._ready:
             return
         for name in self.resources:
@@ -77,8 +101,9 @@ class MpsReadiness:
         self._watcher = watcher
         try:
             self._add_watches(watcher)
-            self._recheck()  # what changed before the watches were in place
-            await asyncio.Event().wait()
+            while True:
+                self._recheck()  # what changed before the watches; a daemon's death
+                await asyncio.sleep(self._lock_poll)
         finally:
             self._watcher = None
             watcher.close()
