@@ -57,6 +57,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "nvidia-cdi",
         "per-node-configs",
         "dra",
+        "switch",
     }
 
 
