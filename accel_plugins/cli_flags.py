@@ -202,6 +202,27 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
     )
 
 
+def _add_switch_flags(parser: argparse.ArgumentParser) -> None:
+    """The per-node switch between the two modes (docs/migration.md)."""
+    add_flag(
+        parser,
+        "--kubelet-api-switch-label",
+        default="",
+        metavar="LABEL",
+        help="the node label that picks this node's mode (the chart's accel-plugins.io/"
+        "kubelet-api); set, the plugin waits before publishing until the other mode holds and "
+        "advertises none of our devices, and a DRA driver stopping because the label moved "
+        "the node deletes its ResourceSlices first; empty: no switch",
+    )
+    add_flag(
+        parser,
+        "--kubelet-api-default",
+        default="device-plugin",
+        choices=KUBELET_APIS,
+        help="with --kubelet-api-switch-label: the mode of nodes without the label",
+    )
+
+
 def _add_pod_resources_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
@@ -255,6 +276,7 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     _add_registration_flags(p)
     _add_node_flag(p)
     _add_dra_flags(p, command.default_dra_driver_name(backend.name))
+    _add_switch_flags(p)
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
     add_logging_flags(p)

@@ -21,6 +21,9 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
+from accel_plugins.handover.metrics import HandoverCollector
+from accel_plugins.handover.model import SwitchSettings
+from accel_plugins.handover.wait import Handover, await_handover
 from accel_plugins.kube_events import node_events
 from accel_plugins.metrics.collectors import (
     BackendCollector,
@@ -61,6 +64,8 @@ async def serve_dra(
     config_files: Sequence[Path] = (),
     *,
     device_taints: str = "auto",
+    handover: Handover | None = None,
+    switch: SwitchSettings | None = None,
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -68,7 +73,10 @@ async def serve_dra(
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
-    ``device_taints`` is ``--dra-device-taints`` (auto, on, off).
+    ``device_taints`` is ``--dra-device-taints`` (auto, on, off). With ``handover`` the
+    driver waits before serving until the device-plugin mode holds and advertises none
+    of our devices; with ``switch``, a stop on a node relabelled away from DRA deletes
+    the node's slices of this driver (an upgrade keeps them: the next driver adopts them).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -130,6 +138,8 @@ async def serve_dra(
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(HealthReasonCollector(lambda: running.tree))
     registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
+    if handover is not None:
+        registry.register(HandoverCollector(handover.state))
 
     async def problems() -> list[str]:
         return running.problems()
@@ -143,9 +153,13 @@ async def serve_dra(
             raise AccelPluginsError(f"cannot serve metrics on {metrics_address}: {exc}") from exc
     loop = asyncio.get_running_loop()
 
+    waiting: asyncio.Future[Any] | None = None
+
     def stop() -> None:
         log.info("stopping")
         assert driver is not None
+        if waiting is not None:
+            waiting.cancel()
         driver.stop()
 
     loop.add_signal_handler(signal.SIGTERM, stop)
@@ -153,8 +167,18 @@ async def serve_dra(
     loop.add_signal_handler(signal.SIGHUP, driver.reload)
     config_watch = watch_configs(config_files, lambda _path: running.reload())
     try:
+        if handover is not None:
+            task = asyncio.ensure_future(await_handover(handover.side, handover.state))
+            waiting = task
+            try:
+                await task
+            except asyncio.CancelledError:
+                return 0  # SIGTERM while waiting: nothing was published
+            waiting = None
         async with node_events(driver.health, settings.node_name, client=client):
             await driver.run()
+        if switch is not None:
+            await withdraw_on_switch(client, apis, settings, switch)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
@@ -163,3 +187,31 @@ async def serve_dra(
         await metrics.stop()
         await client.close()
     return 0
+
+
+async def withdraw_on_switch(
+    client: Any, apis: Any, settings: DraSettings, switch: SwitchSettings
+) -> None:
+    """Stopped: if the node's label no longer names DRA, this is a switch, so delete the
+    node's slices of this driver before the device plugin starts (it waits for them)."""
+    from lightkube.resources.core_v1 import Node
+
+    try:
+        node = await client.get(Node, settings.node_name)
+        labels = dict(node.metadata.labels or {}) if node.metadata is not None else {}
+        if not switch.switching_away(labels, "dra"):
+            log.info("stopped; node %s still runs DRA: slices kept", settings.node_name)
+            return
+        api = await apis.get()
+        fields = {"spec.nodeName": settings.node_name, "spec.driver": settings.driver_name}
+        names = [s.metadata.name async for s in client.list(api.slice_type, fields=fields)]
+        for name in names:
+            await client.delete(api.slice_type, name)
+        log.info(
+            "kubelet-api switch: node %s leaves DRA: deleted %d ResourceSlice(s) of %s",
+            settings.node_name,
+            len(names),
+            settings.driver_name,
+        )
+    except Exception as exc:  # log once at the edge; the kubelet wipes them too
+        log.warning("kubelet-api switch: could not withdraw the ResourceSlices: %s", exc)

@@ -71,6 +71,12 @@ def test_each_modes_daemonset_runs_its_mode_and_reads_the_other() -> None:
     plugin, driver = sets["rel-accel-plugins-nvidia"], sets["rel-accel-plugins-nvidia-dra"]
     assert "--kubelet-api=dra" in container(driver)["args"]
     assert "--kubelet-api=dra" not in container(plugin)["args"]
+    for ds in (plugin, driver):
+        args = container(ds)["args"]
+        assert f"--kubelet-api-switch-label={LABEL}" in args
+        assert "--kubelet-api-default=device-plugin" in args
+    # The device plugin reads the DRA driver's checkpoint: it names the driver's directory.
+    assert "--dra-driver-name=gpu.nvidia.com" in container(plugin)["args"]
     # Selectors differ, so the two DaemonSets never adopt each other's pods.
     assert plugin["spec"]["selector"] != driver["spec"]["selector"]
     # Each mounts what it waits on: the other mode's sockets or checkpoint, and PodResources.
