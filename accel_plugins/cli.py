@@ -200,6 +200,39 @@ def _run_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(once=args.once, out=sys.stdout, color=color))
 
 
+def _run_migrate(args: argparse.Namespace) -> int:
+    if missing_modules(["lightkube"]):
+        fatal("accel-plugins migrate needs lightkube: pip install 'accel-plugins[dra]'")
+        return EXIT_CONFIG
+    import httpx2
+
+    from accel_plugins.kubeclient import load_config, make_client
+    from accel_plugins.migrate import EXIT_API, migrate
+
+    client = make_client(load_config(args.kubeconfig or None))
+
+    async def run() -> int:
+        try:
+            return await migrate(
+                client,
+                args.node,
+                args.to,
+                label=args.label,
+                wait=args.wait,
+                timeout=args.timeout,
+                domains=args.domain or ["nvidia.com"],
+                drivers=args.driver or [],
+                out=sys.stdout,
+            )
+        except httpx2.TransportError as exc:
+            fatal(f"accel-plugins migrate: cannot reach the API server: {exc}")
+            return EXIT_API
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     backends = installed_backends(wanted_backends(argv))
@@ -217,6 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "kubelet": _run_kubelet,
         "demo": _run_demo,
         "mps-control-daemon": _run_mps_control_daemon,
+        "migrate": _run_migrate,
     }
     prefix = f"accel-plugins {args.command}"
     try:

@@ -346,6 +346,8 @@ def build_parser(
     _add_node_flag(p)
     add_logging_flags(p)
 
+    _add_migrate(sub)
+
     p = sub.add_parser("kubelet", help="run the kubelet emulator (for local development)")
     _add_kubelet_flags(p)
     add_flag(
@@ -366,6 +368,53 @@ def build_parser(
     _add_admission_flags(p)
     add_logging_flags(p)
     return parser
+
+
+def _add_migrate(sub: Any) -> None:
+    summary = "move a node between the device-plugin and the DRA mode (docs/migration.md)"
+    p = sub.add_parser(
+        "migrate",
+        help=summary,
+        description=f"{summary}. Exit codes: 0 labelled (with --wait: done), 2 bad "
+        "arguments or no kubeconfig, 3 no such node, 4 API server refused or unreachable, "
+        "5 --wait timed out.",
+    )
+    p.add_argument("node", metavar="NODE", help="the node to move")
+    p.add_argument("--to", required=True, choices=KUBELET_APIS, help="the mode to move it to")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="report progress until the old mode holds nothing and the new one publishes",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="with --wait: give up after S seconds"
+    )
+    add_flag(
+        p,
+        "--kubeconfig",
+        default="",
+        env=("KUBECONFIG",),
+        metavar="FILE",
+        help="the API server's kubeconfig (default: $KUBECONFIG, else the pod's service account)",
+    )
+    p.add_argument(
+        "--label",
+        default="accel-plugins.io/kubelet-api",
+        help="the node label the chart splits on (kubeletApiSwitch.nodeLabel)",
+    )
+    p.add_argument(
+        "--domain",
+        action="append",
+        default=None,
+        help="resource domain of the device-plugin resources (repeatable; default nvidia.com)",
+    )
+    p.add_argument(
+        "--driver",
+        action="append",
+        default=None,
+        help="DRA driver whose slices and claims count (repeatable; default any)",
+    )
+    add_logging_flags(p)
 
 
 def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
