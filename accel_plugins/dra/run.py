@@ -175,10 +175,10 @@ async def serve_dra(
             except asyncio.CancelledError:
                 return 0  # SIGTERM while waiting: nothing was published
             waiting = None
+        if switch is not None:
+            driver.before_unserve = lambda: withdraw_on_switch(client, apis, settings, switch)
         async with node_events(driver.health, settings.node_name, client=client):
             await driver.run()
-        if switch is not None:
-            await withdraw_on_switch(client, apis, settings, switch)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
