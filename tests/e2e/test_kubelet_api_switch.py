@@ -11,6 +11,7 @@ SIGTERM to the old mode's pod and start the new one's, is done here by hand.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
+from lightkube.core.exceptions import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
@@ -56,11 +58,54 @@ async def slice_devices(kube: AsyncClient, node: str) -> int:
     )
 
 
-async def record_slices(kube: AsyncClient, node: str, seen: list[tuple[float, int]]) -> None:
-    """Every change of the node's slices, as (monotonic time, devices in that slice)."""
-    async for kind, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
-        devices = 0 if kind == "DELETED" else len(item.spec.devices or [])
-        seen.append((time.monotonic(), devices))
+async def record_slices(
+    kube: AsyncClient, node: str, seen: list[tuple[float, int]], some: asyncio.Event
+) -> None:
+    """Every change of the node's slices, as (monotonic time, devices in that slice);
+    ``some`` is set once a slice with devices was seen. A watch the API server ends
+    (its cache behind the list's resourceVersion: "Too large resource version") is
+    started again."""
+    while True:
+        with contextlib.suppress(ApiError):
+            async for kind, item in kube.watch(ResourceSlice, fields={"spec.nodeName": node}):
+                devices = 0 if kind == "DELETED" else len(item.spec.devices or [])
+                seen.append((time.monotonic(), devices))
+                if devices:
+                    some.set()
+
+
+def node_argv(
+    tmp_path: Path, root: Path, node: str, as_node: Path, kubelet: Kubelet, kubelet_dir: Path
+) -> list[str]:
+    """The NVIDIA backend (simulated) on ``node`` with the switch on, either mode."""
+    assert kubelet.pod_resources_socket is not None
+    return [
+        *NVIDIA.argv(tmp_path),
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(as_node),
+        "--kubelet-plugins-dir",
+        str(root / "plugins"),
+        "--plugin-dir",
+        str(kubelet_dir),
+        "--pod-resources-socket",
+        str(kubelet.pod_resources_socket),
+        "--log-format",
+        "text",
+        *SWITCH,
+    ]
+
+
+def dra_argv(root: Path) -> list[str]:
+    return [
+        "--kubelet-api",
+        "dra",
+        "--plugins-registry-dir",
+        str(root / "registry"),
+        "--dra-cdi-spec-dir",
+        str(root / "cdi"),
+    ]
 
 
 async def test_a_relabelled_node_moves_from_dra_to_the_device_plugin_never_both(
@@ -77,39 +122,18 @@ async def test_a_relabelled_node_moves_from_dra_to_the_device_plugin_never_both(
     )
     assert kubelet.pod_resources_socket is not None
     slices: list[tuple[float, int]] = []
-    recorder = asyncio.ensure_future(record_slices(kube, kube_node, slices))
+    some = asyncio.Event()
+    recorder = asyncio.ensure_future(record_slices(kube, kube_node, slices, some))
     with short_tempdir("switch-") as root:
-        common = [
-            *NVIDIA.argv(tmp_path),
-            "--node-name",
-            kube_node,
-            "--kubeconfig",
-            str(as_node),
-            "--kubelet-plugins-dir",
-            str(root / "plugins"),
-            "--plugin-dir",
-            str(kubelet_dir),
-            "--pod-resources-socket",
-            str(kubelet.pod_resources_socket),
-            "--log-format",
-            "text",
-            *SWITCH,
-        ]
-        driver = await spawn(
-            *common,
-            "--kubelet-api",
-            "dra",
-            "--plugins-registry-dir",
-            str(root / "registry"),
-            "--dra-cdi-spec-dir",
-            str(root / "cdi"),
-        )
+        common = node_argv(tmp_path, root, kube_node, as_node, kubelet, kubelet_dir)
+        driver = await spawn(*common, *dra_argv(root))
         plugin = None
         try:
             # DRA mode: the PodResources API holds nothing and no device plugin socket is
             # live, so the driver publishes at once.
             found = await asyncio.wait_for(published(kube, kube_node, NVIDIA.driver), TIMEOUT)
             assert len(found.spec.devices or []) == 4
+            await asyncio.wait_for(some.wait(), TIMEOUT)
             assert GPU not in kubelet.resources
 
             # The device plugin started on the same node waits while the driver serves.
@@ -146,3 +170,53 @@ async def test_a_relabelled_node_moves_from_dra_to_the_device_plugin_never_both(
     # Over time: slices had devices only before the device plugin registered.
     assert any(devices for _, devices in slices)
     assert all(at < registered for at, devices in slices if devices)
+
+
+async def test_a_relabelled_node_moves_from_the_device_plugin_to_dra_after_its_pods_end(
+    kube: AsyncClient,
+    kube_apiserver: ApiServer,
+    kube_node: str,
+    kubelet: Kubelet,
+    kubelet_dir: Path,
+    tmp_path: Path,
+) -> None:
+    admin, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
+    slices: list[tuple[float, int]] = []
+    some = asyncio.Event()
+    recorder = asyncio.ensure_future(record_slices(kube, kube_node, slices, some))
+    with short_tempdir("switch-") as root:
+        common = node_argv(tmp_path, root, kube_node, as_node, kubelet, kubelet_dir)
+        plugin = await spawn(*common, "--kubelet-socket", str(kubelet.socket_path))
+        driver = None
+        try:
+            # Unlabelled: the default, device-plugin. A pod holds a GPU through it.
+            await kubelet.wait_for_resource(GPU, allocatable=4, timeout=TIMEOUT)
+            record = await kubelet.allocate("trainer", "cuda", GPU, 1, namespace="ml")
+            held = record.device_ids[0]
+
+            migrate = await spawn("migrate", kube_node, "--to", "dra", "--kubeconfig", str(admin))
+            assert await asyncio.wait_for(migrate.wait(), TIMEOUT) == 0
+            plugin.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(plugin.wait(), TIMEOUT) == 0
+            assert not list(kubelet_dir.glob("nvidia.com_*.sock"))  # removed on stop
+
+            # The driver waits: the kubelet still lists the pod's GPU (PodResources).
+            driver = await spawn(*common, *dra_argv(root))
+            waiting = await asyncio.wait_for(
+                read_until(driver, "waiting for the other mode"), TIMEOUT
+            )
+            assert f"ml/trainer: {GPU} {held}" in waiting
+            assert await slice_devices(kube, kube_node) == 0
+
+            kubelet.release("trainer", namespace="ml")  # the pod ended
+            released = time.monotonic()
+            await asyncio.wait_for(some.wait(), TIMEOUT)
+            assert await slice_devices(kube, kube_node) == 4
+        finally:
+            recorder.cancel()
+            for proc in (plugin, driver):
+                if proc is not None:
+                    await stop(proc)
+    # Over time: no slice had devices while the pod held its GPU through the device plugin.
+    assert any(devices for _, devices in slices)
+    assert all(at > released for at, devices in slices if devices)
