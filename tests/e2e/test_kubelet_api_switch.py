@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -220,3 +221,25 @@ async def test_a_relabelled_node_moves_from_the_device_plugin_to_dra_after_its_p
     # Over time: no slice had devices while the pod held its GPU through the device plugin.
     assert any(devices for _, devices in slices)
     assert all(at > released for at, devices in slices if devices)
+
+
+async def test_sigterm_while_waiting_exits_cleanly_having_served_nothing(
+    kubelet: Kubelet, kubelet_dir: Path, tmp_path: Path
+) -> None:
+    with short_tempdir("switch-") as root:
+        driver_dir = root / "plugins" / NVIDIA.driver
+        driver_dir.mkdir(parents=True)
+        live_driver = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        live_driver.bind(str(driver_dir / "dra.sock"))  # a DRA driver still serving
+        live_driver.listen()
+        argv = node_argv(tmp_path, root, "node-x", tmp_path / "none", kubelet, kubelet_dir)
+        plugin = await spawn(*argv, "--kubelet-socket", str(kubelet.socket_path))
+        try:
+            await asyncio.wait_for(read_until(plugin, "waiting for the other mode"), TIMEOUT)
+            plugin.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(plugin.wait(), TIMEOUT) == 0
+            assert GPU not in kubelet.resources
+            assert not list(kubelet_dir.glob("nvidia.com_*.sock"))
+        finally:
+            live_driver.close()
+            await stop(plugin)
