@@ -320,6 +320,11 @@ def _handover(name: str, args: argparse.Namespace, ctx: BackendContext) -> Hando
         side: Any = DevicePluginSide(args.plugin_dir, args.pod_resources_socket, [domain])
     else:
         side = DraSide(args.kubelet_plugins_dir, args.dra_driver_name)
+        if importlib.util.find_spec("lightkube") is not None and args.node_name:
+            from accel_plugins.handover.slices import AllSides, SliceSide
+
+            slices = SliceSide(args.node_name, args.dra_driver_name, args.kubeconfig or None)
+            side = AllSides([side, slices])
     return Handover(side, HandoverState(args.kubelet_api))
 
 

@@ -27,6 +27,8 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
+from accel_plugins.handover.probes import DraSide
+from accel_plugins.handover.slices import AllSides, SliceSide
 from accel_plugins.kubelet import Kubelet
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_claims import (
@@ -38,6 +40,7 @@ from tests.e2e.test_kubelet_admit_claims import (
     spawn,
     stop,
 )
+from tests.e2e.test_migrate import gpu_slice
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -243,3 +246,22 @@ async def test_sigterm_while_waiting_exits_cleanly_having_served_nothing(
         finally:
             live_driver.close()
             await stop(plugin)
+
+
+async def test_a_killed_drivers_slices_count_as_advertising(
+    kube: AsyncClient, kube_apiserver: ApiServer, kube_node: str, tmp_path: Path
+) -> None:
+    """No dra.sock is live after a SIGKILL, but the scheduler still allocates from the
+    slices until they go: the device plugin's wait reads them too."""
+    _, as_node = kubeconfigs(tmp_path, kube_apiserver, kube_node)
+    with short_tempdir("switch-") as root:
+        side = AllSides(
+            [DraSide(root, NVIDIA.driver), SliceSide(kube_node, NVIDIA.driver, str(as_node))]
+        )
+        assert (await side.read()).clear
+        left = gpu_slice(kube_node)
+        await kube.create(left)
+        found = await side.read()
+        assert found.advertised == (f"ResourceSlice {kube_node}-gpu",)
+        await kube.delete(ResourceSlice, f"{kube_node}-gpu")
+        assert (await side.read()).clear
