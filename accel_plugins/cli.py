@@ -220,6 +220,15 @@ def _run_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(once=args.once, out=sys.stdout, color=color))
 
 
+def _run_migrate(args: argparse.Namespace) -> int:
+    if missing_modules(["lightkube"]):
+        fatal("accel-plugins migrate needs lightkube: pip install 'accel-plugins[dra]'")
+        return EXIT_CONFIG
+    from accel_plugins.migrate import run_command
+
+    return run_command(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     backends = installed_backends(wanted_backends(argv))
@@ -239,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mps-control-daemon": _run_mps_control_daemon,
         "cordon": _run_cordon,
         "uncordon": _run_uncordon,
+        "migrate": _run_migrate,
     }
     prefix = f"accel-plugins {args.command}"
     try:

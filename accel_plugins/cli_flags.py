@@ -214,7 +214,7 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
     )
 
 
-def _add_state_dir_flag(parser: argparse.ArgumentParser) -> None:
+def add_state_dir_flag(parser: argparse.ArgumentParser) -> None:
     add_flag(
         parser,
         "--state-dir",
@@ -223,6 +223,27 @@ def _add_state_dir_flag(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the node's accel-plugins state (a host path every plugin and mode shares): "
         "cordons.json, which 'accel-plugins cordon' edits and the plugins watch",
+    )
+
+
+def _add_switch_flags(parser: argparse.ArgumentParser) -> None:
+    """The per-node switch between the two modes (docs/migration.md)."""
+    add_flag(
+        parser,
+        "--kubelet-api-switch-label",
+        default="",
+        metavar="LABEL",
+        help="the node label that picks this node's mode (the chart's accel-plugins.io/"
+        "kubelet-api); set, the plugin waits before publishing until the other mode holds and "
+        "advertises none of our devices, and a DRA driver stopping because the label moved "
+        "the node deletes its ResourceSlices first; empty: no switch",
+    )
+    add_flag(
+        parser,
+        "--kubelet-api-default",
+        default="device-plugin",
+        choices=KUBELET_APIS,
+        help="with --kubelet-api-switch-label: the mode of nodes without the label",
     )
 
 
@@ -279,9 +300,10 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     _add_registration_flags(p)
     _add_node_flag(p)
     _add_dra_flags(p, command.default_dra_driver_name(backend.name))
+    _add_switch_flags(p)
     _add_metrics_flag(p)
     _add_pod_resources_flag(p)
-    _add_state_dir_flag(p)
+    add_state_dir_flag(p)
     add_logging_flags(p)
     add_options(p, command.options)
 
@@ -349,18 +371,9 @@ def build_parser(
     _add_node_flag(p)
     add_logging_flags(p)
 
-    p = sub.add_parser(
-        "cordon",
-        help="take a device out of service on this node, in both modes, until uncordoned",
-    )
-    p.add_argument("device", help="a device ID as ListAndWatch shows it, or a DRA device name")
-    p.add_argument("--reason", required=True, help="why (one line, shown in every channel)")
-    _add_state_dir_flag(p)
-    add_logging_flags(p)
-    p = sub.add_parser("uncordon", help="put a device cordoned with 'cordon' back in service")
-    p.add_argument("device", help="the device as it was cordoned")
-    _add_state_dir_flag(p)
-    add_logging_flags(p)
+    from accel_plugins.cli_operator_flags import add_operator_commands
+
+    add_operator_commands(sub)
 
     p = sub.add_parser("kubelet", help="run the kubelet emulator (for local development)")
     _add_kubelet_flags(p)

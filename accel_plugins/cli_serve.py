@@ -32,6 +32,7 @@ from accel_plugins.logs import fatal
 from accel_plugins.plugin.command import BackendCommand, BackendContext
 
 if TYPE_CHECKING:
+    from accel_plugins.handover.wait import Handover
     from accel_plugins.plugin.backend import Backend
     from accel_plugins.plugin.cordon import Cordons
     from accel_plugins.plugin.manager import Manager, ManagerSettings
@@ -52,8 +53,12 @@ async def serve(
     node_name: str = "",
     kubeconfig: str | None = None,
     cordons: Cordons | None = None,
+    handover: Handover | None = None,
 ) -> int:
     """Run the manager until SIGTERM/SIGINT (exit 0); SIGHUP reloads the configuration.
+
+    With ``handover`` (the per-node switch), nothing is served until the DRA mode holds
+    and advertises none of our devices on this node; SIGTERM ends that wait too.
 
     So does a change of any of ``config_files`` (watched with inotify): a
     ConfigMap update reaches the backend without a restart.
@@ -80,14 +85,35 @@ async def serve(
     loop = asyncio.get_running_loop()
     stopping: set[asyncio.Task[None]] = set()
 
+    waiting: asyncio.Future[Any] | None = None
+
     def stop() -> None:
         log.info("stopping")
+        if waiting is not None:
+            waiting.cancel()
         stopping.add(asyncio.ensure_future(manager.stop()))
 
     loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)
     loop.add_signal_handler(signal.SIGHUP, manager.reload)
     config_watch = watch_configs(config_files, lambda _path: manager.reload())
+    if handover is not None:
+        from accel_plugins.handover.wait import await_handover
+
+        task = asyncio.ensure_future(await_handover(handover.side, handover.state))
+
+        waiting = task
+        try:
+            await task
+        except asyncio.CancelledError:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            if config_watch is not None:
+                config_watch.close()
+            if listener is not None:
+                listener.close()
+            return 0
+        waiting = None
     # Modules, protobuf descriptors and gRPC state live as long as the process:
     # moved out of the collector's reach, full collections stay short. Done once
     # the plugin is up, without a collection first (one costs about 9 ms of CPU
@@ -113,7 +139,12 @@ async def serve(
             from accel_plugins.kube_events import node_events
             from accel_plugins.metrics import metrics_server
 
-            metrics = metrics_server(manager, recorder, pod_resources, node_name)
+            extra = []
+            if handover is not None:
+                from accel_plugins.handover.metrics import HandoverCollector
+
+                extra.append(HandoverCollector(handover.state))
+            metrics = metrics_server(manager, recorder, pod_resources, node_name, extra)
             if listener is not None:
                 await metrics.start(sock=listener)
             # After the kubelet has the devices, like metrics (issue 17); the watch
@@ -262,6 +293,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
     config_files = [
         Path(value) for flag in command.config_files if (value := getattr(args, by_flag[flag]))
     ]
+    handover = _handover(name, args, ctx)
     if dra is not None:
         from accel_plugins.dra.run import serve_dra
 
@@ -277,6 +309,8 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
                 device_taints=args.dra_device_taints,
                 shared_devices=args.dra_shared_devices,
                 cordons=Cordons(args.state_dir),
+                handover=handover,
+                switch=_switch_settings(args),
             )
         )
     settings = ManagerSettings(
@@ -295,8 +329,42 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             args.node_name,
             args.kubeconfig or None,
             Cordons(args.state_dir),
+            handover,
         )
     )
+
+
+def _switch_settings(args: argparse.Namespace) -> Any:
+    if not args.kubelet_api_switch_label:
+        return None
+    from accel_plugins.handover.model import SwitchSettings
+
+    return SwitchSettings(args.kubelet_api_switch_label, args.kubelet_api_default)
+
+
+def _handover(name: str, args: argparse.Namespace, ctx: BackendContext) -> Handover | None:
+    """With the switch on, what this plugin waits on before publishing: the other mode of
+    our resources (those under the backend's domain: ``--domain``, or nvidia.com)."""
+    if not args.kubelet_api_switch_label:
+        return None
+    from accel_plugins.handover.probes import DevicePluginSide, DraSide
+    from accel_plugins.handover.wait import Handover, HandoverState
+
+    if args.kubelet_api == "dra":
+        domain = str(ctx.options.get("domain") or RESOURCE_DOMAINS.get(name, name))
+        side: Any = DevicePluginSide(args.plugin_dir, args.pod_resources_socket, [domain])
+    else:
+        side = DraSide(args.kubelet_plugins_dir, args.dra_driver_name)
+        if importlib.util.find_spec("lightkube") is not None and args.node_name:
+            from accel_plugins.handover.slices import AllSides, SliceSide
+
+            slices = SliceSide(args.node_name, args.dra_driver_name, args.kubeconfig or None)
+            side = AllSides([side, slices])
+    return Handover(side, HandoverState(args.kubelet_api))
+
+
+# A backend's resource domain where it has no --domain flag.
+RESOURCE_DOMAINS = {"nvidia": "nvidia.com"}
 
 
 def _dra_settings(args: argparse.Namespace) -> Any:

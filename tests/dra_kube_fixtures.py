@@ -71,6 +71,12 @@ V1_33 = ServerKind(
     runtime_config={"resource.k8s.io/v1beta1": True, "resource.k8s.io/v1beta2": True},
 )
 V1_36 = ServerKind("v1.36", "kube-apiserver-v1.36")
+# KEP-5004 (extended resources backed by DRA) is alpha, off by default, in 1.34: the
+# DeviceClass field and the scheduler's claim for a pod's nvidia.com/gpu need the gate.
+V1_34_EXTENDED = ServerKind(
+    "v1.34+DRAExtendedResource", feature_gates={"DRAExtendedResource": True}
+)
+SCHEDULED = (V1_34, V1_34_EXTENDED)  # the kinds a kube-scheduler runs against
 DRA_VERSIONS = (V1_34, V1_33, V1_36)
 ServerOf = Callable[[ServerKind], ApiServer]
 
@@ -89,7 +95,7 @@ def apiservers() -> Iterator[ServerOf]:
                             kind.binary,
                             feature_gates=kind.feature_gates,
                             runtime_config=kind.runtime_config,
-                            scheduler=kind == V1_34,
+                            scheduler=kind in SCHEDULED,
                         )
                     )
                 except EnvtestUnavailable as exc:

@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,9 @@ def scheduler_missing(binaries: Path | None = None) -> str | None:
     return None
 
 
-def _start_scheduler(binaries: Path, server: ApiServer) -> subprocess.Popen[bytes]:
+def _start_scheduler(
+    binaries: Path, server: ApiServer, gates: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
     """kube-scheduler as kubeadm runs it, on loopback and a free port.
 
     Flags from the kube-scheduler reference (kubernetes.io/docs/reference/
@@ -162,7 +164,9 @@ def _start_scheduler(binaries: Path, server: ApiServer) -> subprocess.Popen[byte
     is in ``--authorization-always-allow-paths`` by default, so readiness needs
     no token), ``--leader-elect=false`` (one scheduler: no Lease to win first),
     and its own self-signed certificate in ``--cert-dir``. The admin token: this
-    checks our driver with the real scheduler, not the scheduler's RBAC.
+    checks our driver with the real scheduler, not the scheduler's RBAC. ``gates`` are the
+    API server's ``--feature-gates`` flag, which the scheduler takes too (a gated scheduler
+    plugin, e.g. DRAExtendedResource's, needs the gate on both).
     """
     workdir = server.workdir
     kubeconfig = workdir / "scheduler.kubeconfig"
@@ -180,6 +184,7 @@ def _start_scheduler(binaries: Path, server: ApiServer) -> subprocess.Popen[byte
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 f"--cert-dir={workdir / 'scheduler-pki'}",
+                *gates,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -282,7 +287,8 @@ def api_server(
         _wait_ready(url, ADMIN_TOKEN, api, api_log_path, "kube-apiserver")
         server = ApiServer(url, ADMIN_TOKEN, node_tokens, workdir)
         if scheduler and scheduler_missing(binaries) is None:
-            processes.append(_start_scheduler(binaries, server))
+            gates = [flag for flag in extra if flag.startswith("--feature-gates=")]
+            processes.append(_start_scheduler(binaries, server, gates))
             server = replace(server, scheduler=True)
         yield server
     finally:

@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +152,10 @@ class DraDriver:
         self._backend_task: asyncio.Task[None] | None = None
         self._fatal: InvalidSnapshotError | None = None
         self._stop = asyncio.Event()
+        # Run on stop while the sockets still serve, after slice publishing stopped: the
+        # per-node switch withdraws the slices here, so the device plugin (which waits for
+        # dra.sock to go) never starts while they exist.
+        self.before_unserve: Callable[[], Awaitable[None]] | None = None
         self._check = asyncio.Event()
         self._slices_due = asyncio.Event()
         self.feed = HealthFeed(settings.node_name, refresh=settings.health_refresh)
@@ -234,6 +238,10 @@ class DraDriver:
                 if task is not None:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if self.before_unserve is not None:
+                if self._slices is not None:
+                    await self._slices.close()  # no repair of what the hook deletes
+                await self.before_unserve()
             await self._stop_registration()
             self.feed.close()  # health streams end now, not after the server's grace
             if self._server is not None:

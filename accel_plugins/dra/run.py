@@ -22,6 +22,9 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
+from accel_plugins.handover.metrics import HandoverCollector
+from accel_plugins.handover.model import SwitchSettings
+from accel_plugins.handover.wait import Handover, await_handover
 from accel_plugins.kube_cordon import node_cordons
 from accel_plugins.kube_events import node_events
 from accel_plugins.metrics.collectors import (
@@ -67,6 +70,8 @@ async def serve_dra(
     device_taints: str = "auto",
     shared_devices: str = "auto",
     cordons: Cordons | None = None,
+    handover: Handover | None = None,
+    switch: SwitchSettings | None = None,
 ) -> int:
     """Run the driver until SIGTERM/SIGINT (exit 0); SIGHUP, or a change of any of
     ``config_files``, rebuilds the backend (kept when the new one cannot be built).
@@ -75,7 +80,10 @@ async def serve_dra(
     ``resource`` label is the backend's resource name) and the API side's;
     /healthz is 503 while the driver's socket or registration is missing.
     ``device_taints`` is ``--dra-device-taints`` (auto, on, off), ``shared_devices``
-    ``--dra-shared-devices`` (the same).
+    ``--dra-shared-devices`` (the same). With ``handover`` the driver waits before
+    serving until the device-plugin mode holds and advertises none of our devices; with
+    ``switch``, a stop on a node relabelled away from DRA deletes the node's slices of
+    this driver (an upgrade keeps them: the next driver adopts them).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
@@ -149,6 +157,8 @@ async def serve_dra(
     registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
     registry.register(HealthReasonCollector(lambda: running.tree))
     registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
+    if handover is not None:
+        registry.register(HandoverCollector(handover.state))
 
     async def problems() -> list[str]:
         return running.problems()
@@ -162,9 +172,13 @@ async def serve_dra(
             raise AccelPluginsError(f"cannot serve metrics on {metrics_address}: {exc}") from exc
     loop = asyncio.get_running_loop()
 
+    waiting: asyncio.Future[Any] | None = None
+
     def stop() -> None:
         log.info("stopping")
         assert driver is not None
+        if waiting is not None:
+            waiting.cancel()
         driver.stop()
 
     loop.add_signal_handler(signal.SIGTERM, stop)
@@ -172,6 +186,16 @@ async def serve_dra(
     loop.add_signal_handler(signal.SIGHUP, driver.reload)
     config_watch = watch_configs(config_files, lambda _path: running.reload())
     try:
+        if handover is not None:
+            task = asyncio.ensure_future(await_handover(handover.side, handover.state))
+            waiting = task
+            try:
+                await task
+            except asyncio.CancelledError:
+                return 0  # SIGTERM while waiting: nothing was published
+            waiting = None
+        if switch is not None:
+            driver.before_unserve = lambda: kube.withdraw_on_switch(client, apis, settings, switch)
         async with (
             node_events(driver.health, settings.node_name, client=client),
             node_cordons(cordons, settings.node_name, client=client)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from accel_plugins.metrics.collectors import (
     Attribution,
@@ -70,18 +71,21 @@ def metrics_server(
     recorder: DeferredMetrics | None = None,
     pod_resources: PodResourcesCache | None = None,
     node_name: str = "",
+    extra: Sequence[Collector] = (),
 ) -> MetricsServer:
     """The metrics of a running ``manager``, served by the returned (unstarted) server.
 
     ``recorder``, the manager's :class:`~accel_plugins.plugin.recorder.DeferredMetrics`,
     gets the Prometheus recorder and replays what it held; ``pod_resources``
     (when given) names the pods on device and GPU series and is refreshed by
-    scrapes; ``node_name`` labels the build info.
+    scrapes; ``node_name`` labels the build info; ``extra`` collectors join them.
     """
     registry = CollectorRegistry(auto_describe=False)
     if recorder is not None:
         recorder.attach(PrometheusMetrics(registry))
     watch_manager(registry, manager, pod_resources, node_name)
+    for collector in extra:
+        registry.register(collector)
     return MetricsServer(
         registry,
         manager.problems,

@@ -40,11 +40,22 @@ AREAS = {
     "kube_events": "kube_events.py",
     # The cordon annotation's watch (only with API access; the cordon file needs none).
     "kube_cordon": "kube_cordon.py",
+    # The per-node switch's API side: the migrate command, and the DRA slices a device
+    # plugin waits on (both need API access; the chart's switch runs the DRA image).
+    "migrate": "migrate.py",
+    "handover_slices": "handover/slices.py",
     "claim_api": "kubelet/claim_api.py",
     "testing": "testing",
 }
 # Areas that install with another's extra.
-EXTRA_OF = {"kubeclient": "dra", "claim_api": "dra", "kube_events": "dra", "kube_cordon": "dra"}
+EXTRA_OF = {
+    "kubeclient": "dra",
+    "claim_api": "dra",
+    "kube_events": "dra",
+    "kube_cordon": "dra",
+    "migrate": "dra",
+    "handover_slices": "dra",
+}
 
 # Top-level module -> the distribution that provides it.
 PROVIDES = {

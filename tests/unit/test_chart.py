@@ -58,6 +58,7 @@ def test_ci_values_cover_the_documented_cases() -> None:
         "per-node-configs",
         "dra",
         "third-party-backend",
+        "switch",
     }
 
 

@@ -127,6 +127,7 @@ def test_a_device_class_per_device_kind() -> None:
     assert expressions == {
         "gpu.nvidia.com": [f'{gpu}.type == "gpu"'],
         "mig.nvidia.com": [f'{gpu}.type == "mig"'],
+        "extended-gpu.nvidia.com": [f'{gpu}.resource == "nvidia.com/gpu"'],
         "serial.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/serial"'],
         "fuse.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/fuse"'],
     }
@@ -138,7 +139,7 @@ def test_a_device_class_per_device_kind() -> None:
         pytest.param({"dra": {"deviceClasses": False}}, set(), id="device-classes-off"),
         pytest.param(
             {"nvidia": {"draDriverName": "gpu.example.com"}},
-            {"gpu.nvidia.com", "mig.nvidia.com"},
+            {"gpu.nvidia.com", "mig.nvidia.com", "extended-gpu.nvidia.com"},
             id="custom-driver-name",
         ),
     ],

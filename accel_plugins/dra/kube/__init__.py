@@ -13,5 +13,13 @@ from accel_plugins.dra.kube.api import ApiVersions
 from accel_plugins.dra.kube.claims import KubeClaimSource
 from accel_plugins.dra.kube.client import KUBECONFIG_ENV, make_client
 from accel_plugins.dra.kube.publisher import KubeSlicePublisher
+from accel_plugins.dra.kube.withdraw import withdraw_on_switch
 
-__all__ = ["KUBECONFIG_ENV", "ApiVersions", "KubeClaimSource", "KubeSlicePublisher", "make_client"]
+__all__ = [
+    "KUBECONFIG_ENV",
+    "ApiVersions",
+    "KubeClaimSource",
+    "KubeSlicePublisher",
+    "make_client",
+    "withdraw_on_switch",
+]

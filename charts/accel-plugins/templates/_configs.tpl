@@ -49,31 +49,53 @@ named config of configs.map (a map, or YAML text as NVIDIA's chart takes it), el
 {{/* The DaemonSet's name: "<release>-accel-plugins-<backend>[-<config>]". */}}
 {{- define "accel-plugins.daemonSetName" -}}
 {{- $name := include "accel-plugins.componentName" . }}
-{{- if .config }}{{ printf "%s-%s" $name .config }}{{ else }}{{ $name }}{{ end }}
+{{- if .config }}{{ $name = printf "%s-%s" $name .config }}{{ end }}
+{{- /* With the switch, the DRA DaemonSet is "<name>-dra"; the device plugin's keeps its name. */}}
+{{- if eq (toString .mode) "dra" }}{{ $name = printf "%s-dra" $name }}{{ end }}
+{{- $name }}
 {{- end }}
 
 {{/*
 common.affinity, with a named config's node affinity ANDed into every required term: the
 config's nodes are those labelled with its name (and, for the default, those without the
 label). A node whose label names no config runs no plugin, as NVIDIA's config-manager then
-fails: a typo does not silently fall back to another config.
+fails: a typo does not silently fall back to another config. With kubeletApiSwitch, the
+mode's nodes likewise: those whose kubeletApiSwitch.nodeLabel names it (and, for kubeletApi,
+those without the label), so the two modes' DaemonSets never share a node.
 */}}
 {{- define "accel-plugins.affinity" -}}
 {{- $affinity := deepCopy (default dict .root.Values.common.affinity) }}
+{{- /* Each constraint: the node selector terms (ORed) one label allows; every combination of
+one term per constraint, ANDed into each of common.affinity's terms, is a term. */}}
+{{- $constraints := list }}
 {{- if .config }}
 {{- $label := .values.configs.nodeLabel }}
-{{- $mine := list (dict "matchExpressions" (list (dict "key" $label "operator" "In" "values" (list .config)))) }}
+{{- $mine := list (list (dict "key" $label "operator" "In" "values" (list .config))) }}
 {{- if eq .config (include "accel-plugins.defaultConfig" .) }}
-{{- $mine = append $mine (dict "matchExpressions" (list (dict "key" $label "operator" "DoesNotExist"))) }}
+{{- $mine = append $mine (list (dict "key" $label "operator" "DoesNotExist")) }}
 {{- end }}
+{{- $constraints = append $constraints $mine }}
+{{- end }}
+{{- if .mode }}
+{{- $label := .root.Values.kubeletApiSwitch.nodeLabel }}
+{{- $mine := list (list (dict "key" $label "operator" "In" "values" (list .mode))) }}
+{{- if eq .mode .root.Values.kubeletApi }}
+{{- $mine = append $mine (list (dict "key" $label "operator" "DoesNotExist")) }}
+{{- end }}
+{{- $constraints = append $constraints $mine }}
+{{- end }}
+{{- if $constraints }}
 {{- $node := default dict $affinity.nodeAffinity }}
 {{- $required := default dict (get $node "requiredDuringSchedulingIgnoredDuringExecution") }}
-{{- $terms := list }}
-{{- range $theirs := default (list dict) $required.nodeSelectorTerms }}
-{{- range $m := $mine }}
-{{- $expressions := concat (default list $theirs.matchExpressions) $m.matchExpressions }}
-{{- $terms = append $terms (merge (dict "matchExpressions" $expressions) (omit $theirs "matchExpressions")) }}
+{{- $terms := default (list dict) $required.nodeSelectorTerms }}
+{{- range $mine := $constraints }}
+{{- $next := list }}
+{{- range $theirs := $terms }}
+{{- range $expressions := $mine }}
+{{- $next = append $next (merge (dict "matchExpressions" (concat (default list $theirs.matchExpressions) $expressions)) (omit $theirs "matchExpressions")) }}
 {{- end }}
+{{- end }}
+{{- $terms = $next }}
 {{- end }}
 {{- $_ := set $required "nodeSelectorTerms" $terms }}
 {{- $_ := set $node "requiredDuringSchedulingIgnoredDuringExecution" $required }}

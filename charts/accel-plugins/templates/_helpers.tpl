@@ -27,6 +27,9 @@
 app.kubernetes.io/name: {{ include "accel-plugins.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .backend }}
+{{- with .mode }}
+accel-plugins.io/kubelet-api: {{ . }}
+{{- end }}
 {{- with .config }}
 accel-plugins.io/config: {{ . }}
 {{- end }}
@@ -129,6 +132,19 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{- end }}
 {{- end }}
 
+{{/*
+The modes the chart runs DaemonSets for, as a JSON list: kubeletApi alone, or with
+kubeletApiSwitch.enabled both (device-plugin first), each on its own nodes. Root context.
+*/}}
+{{- define "accel-plugins.kubeletApiModes" -}}
+{{- if .Values.kubeletApiSwitch.enabled }}{{ list "device-plugin" "dra" | toJson }}{{ else }}{{ list .Values.kubeletApi | toJson }}{{ end }}
+{{- end }}
+
+{{/* "true" when some node may run in DRA mode: the DRA RBAC and DeviceClasses render. Root context. */}}
+{{- define "accel-plugins.draRendered" -}}
+{{- or (eq .Values.kubeletApi "dra") .Values.kubeletApiSwitch.enabled }}
+{{- end }}
+
 {{/* The DRA drivers' ServiceAccount (kubeletApi dra). Call with the root context. */}}
 {{- define "accel-plugins.draServiceAccount" -}}
 {{- printf "%s-dra" (include "accel-plugins.fullname" .) }}
@@ -137,7 +153,7 @@ counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
 {{/* The plugins' ServiceAccount: the DRA driver's in DRA mode, else the one for health
 Events (health-rbac.yaml); empty when the plugins need none. */}}
 {{- define "accel-plugins.pluginServiceAccount" -}}
-{{- if eq .Values.kubeletApi "dra" }}
+{{- if eq (include "accel-plugins.draRendered" .) "true" }}
 {{- include "accel-plugins.draServiceAccount" . }}
 {{- else if .Values.healthEvents.enabled }}
 {{- printf "%s-plugin" (include "accel-plugins.fullname" .) }}
