@@ -1,0 +1,140 @@
+"""Test pods on the real node: made from the test image, read through their logs.
+
+Each pod prints what it sees (its device nodes, its environment, ...) and then the
+line ``END``; the tests follow its log through the API server (which reads it from
+the kubelet) up to that line, so what they check is what the container saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tests.node.images import TEST_IMAGE
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+NAMESPACE = "default"
+END = "END"
+_serial = itertools.count()
+
+# Prints the device nodes under /dev (not the runtime's defaults) and the environment,
+# then stays up so the pod keeps its devices.
+SHOW_DEVICES = (
+    "for d in $(ls /dev); do case $d in "
+    "null|zero|full|random|urandom|tty|console|pts|shm|mqueue|ptmx|fd|stdin|stdout|stderr"
+    "|termination-log|core) ;; *) echo DEV /dev/$d ;; esac; done; "
+    f"env | sort | sed 's/^/ENV /'; echo {END}; exec sleep 100000"
+)
+
+
+def show_devices() -> list[str]:
+    return ["sh", "-c", SHOW_DEVICES]
+
+
+def run_pod(
+    kube: Client,
+    prefix: str,
+    command: Sequence[str],
+    *,
+    limits: Mapping[str, str] | None = None,
+    claim_template: str | None = None,
+    wait_running: bool = True,
+) -> str:
+    """Create a pod (a name of its own, starting with ``prefix``); await it running."""
+    from lightkube.codecs import from_dict
+    from lightkube.resources.core_v1 import Pod
+
+    name = f"{prefix}-{next(_serial)}"
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": TEST_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": list(command),
+    }
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if limits:
+        container["resources"] = {"limits": dict(limits)}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "dev"}]}
+    kube.create(
+        from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": spec,
+            }
+        )
+    )
+    if wait_running:
+        await_pod(
+            kube,
+            name,
+            lambda pod: pod.status is not None and pod.status.phase in ("Running", "Succeeded"),
+        )
+    _ = Pod
+    return name
+
+
+def await_pod(kube: Client, name: str, done: Any) -> Any:
+    """The pod once ``done(pod)`` holds; a failed pod ends the wait with its status.
+
+    No deadline of its own: the suite's per-test timeout (conftest) bounds a stuck one.
+    """
+    from lightkube.resources.core_v1 import Pod
+
+    for _, pod in kube.watch(Pod, namespace=NAMESPACE, fields={"metadata.name": name}):
+        if done(pod):
+            return pod
+        if pod.status is not None and pod.status.phase == "Failed":
+            raise AssertionError(f"pod {name} failed: {pod.status}")
+    raise AssertionError(f"the watch of pod {name} ended")
+
+
+def pod_log(kube: Client, name: str) -> str:
+    """The pod's log up to its END line (the whole log for a pod that printed none)."""
+    from lightkube.resources.core_v1 import Pod
+
+    lines: list[str] = []
+    for line in kube.log(name, namespace=NAMESPACE, follow=True):
+        if line.rstrip("\n") == END:
+            break
+        lines.append(line)
+    _ = Pod
+    return "".join(lines)
+
+
+def seen_devices(log: str) -> set[str]:
+    return {line[4:] for line in log.splitlines() if line.startswith("DEV ")}
+
+
+def seen_env(log: str) -> dict[str, str]:
+    pairs = (line[4:].split("=", 1) for line in log.splitlines() if line.startswith("ENV "))
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def delete_pod(kube: Client, name: str) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    with contextlib.suppress(Exception):
+        kube.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+
+
+@contextlib.contextmanager
+def pod(kube: Client, prefix: str, command: Sequence[str], **kwargs: Any) -> Iterator[str]:
+    name = run_pod(kube, prefix, command, **kwargs)
+    try:
+        yield name
+    finally:
+        delete_pod(kube, name)
