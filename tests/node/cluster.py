@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import ssl
+import stat
 import string
 import subprocess
 import time
@@ -43,6 +44,10 @@ KUBELET_ROOT = Path("/var/lib/kubelet")  # fixed: the chart's hostPaths name it
 # Created by the kubelet or the plugins when missing; removed only when the node made them.
 NODE_DIRS = (KUBELET_ROOT, Path("/var/log/pods"), Path("/var/log/containers"), Path("/etc/cdi"))
 CDI_RUN_DIR = Path("/var/run/cdi")
+# The generic backend's devices on this node: character devices made for the suite (the
+# numbers of /dev/null, so a container may open them harmlessly), removed at teardown.
+DEVICE_PREFIX = "accel-node"
+DEVICES = tuple(Path(f"/dev/{DEVICE_PREFIX}{i}") for i in range(3))
 LOCK = Path("/run/lock/accel-plugins-node.lock")
 NETNS = NetNs("accel-node", node_ip="10.213.0.2/24", pod_subnet="10.214.0.0/24")
 API_PORT = 6443
@@ -366,10 +371,16 @@ def clean_machine(containerd_socket: Path) -> None:
         host.write_sysctls(footprint.sysctls)
         created = footprint.created_dirs
     NETNS.delete()
+    for device in Path("/dev").glob(f"{DEVICE_PREFIX}*"):
+        device.unlink()
     for directory in created:
         host.remove_tree(Path(directory))
     host.remove_tree(WORK)
     host.remove_tree(STATE)
+
+
+def make_device(path: Path) -> None:
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
 
 
 def record_footprint() -> None:
@@ -398,6 +409,8 @@ def running_node(
             NETNS.create()
             entered = Entered(NETNS)
             node.start_control_plane()
+            for device in DEVICES:
+                make_device(device)
             node.start_containerd()
             for archive in archives(node):
                 node.ctr("images", "import", str(archive))

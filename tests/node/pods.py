@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tests.node.images import TEST_IMAGE
+from tests.node.watch import watch_until
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -94,12 +95,12 @@ def await_pod(kube: Client, name: str, done: Any) -> Any:
     """
     from lightkube.resources.core_v1 import Pod
 
-    for _, pod in kube.watch(Pod, namespace=NAMESPACE, fields={"metadata.name": name}):
-        if done(pod):
-            return pod
+    def finished(pod: Any) -> bool:
         if pod.status is not None and pod.status.phase == "Failed":
             raise AssertionError(f"pod {name} failed: {pod.status}")
-    raise AssertionError(f"the watch of pod {name} ended")
+        return bool(done(pod))
+
+    return watch_until(kube, Pod, finished, namespace=NAMESPACE, fields={"metadata.name": name})
 
 
 def pod_log(kube: Client, name: str) -> str:
