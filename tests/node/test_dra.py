@@ -20,8 +20,16 @@ from tests.node import dra
 from tests.node.chart import Release
 from tests.node.cluster import CDI_RUN_DIR, DEVICES
 from tests.node.files import await_removed
-from tests.node.pods import delete_pod, pod_log, run_pod, seen_devices, seen_env, show_devices
-from tests.node.watch import watch_until
+from tests.node.pods import (
+    NAMESPACE,
+    delete_pod,
+    pod_log,
+    run_pod,
+    seen_devices,
+    seen_env,
+    show_devices,
+)
+from tests.node.watch import await_deleted
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -33,19 +41,6 @@ def claim_spec(claim: Any, driver: str) -> Path:
     return CDI_RUN_DIR / spec_file_name(driver, claim.metadata.uid)
 
 
-def await_claim_gone(kube: Client, name: str) -> None:
-    from lightkube.resources.resource_v1 import ResourceClaim
-
-    watch_until(
-        kube,
-        ResourceClaim,
-        lambda _: (
-            name not in {c.metadata.name for c in kube.list(ResourceClaim, namespace="default")}
-        ),
-        namespace="default",
-    )
-
-
 @pytest.mark.parametrize(
     ("device_class", "driver"),
     [(dra.GENERIC_CLASS, dra.GENERIC_DRIVER), (dra.GPU_CLASS, dra.GPU_DRIVER)],
@@ -54,6 +49,8 @@ def await_claim_gone(kube: Client, name: str) -> None:
 def test_a_claim_from_the_charts_device_class_reaches_the_container_through_cdi(
     kube: Client, dra_drivers: Release, device_class: str, driver: str
 ) -> None:
+    from lightkube.resources.resource_v1 import ResourceClaim
+
     with dra.claim_template(kube, f"one-{driver.split('.')[0]}", device_class) as template:
         name = run_pod(kube, "dra", show_devices(), claim_template=template)
         try:
@@ -74,5 +71,5 @@ def test_a_claim_from_the_charts_device_class_reaches_the_container_through_cdi(
             assert len(uuids) == 1
             assert uuids[0].startswith("GPU-")
         # Released: the claim deleted with its pod, its spec removed by our driver.
-        await_claim_gone(kube, claim.metadata.name)
+        await_deleted(kube, ResourceClaim, claim.metadata.name, namespace=NAMESPACE)
         assert await_removed(spec), f"{spec} outlived its claim"

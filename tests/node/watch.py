@@ -26,3 +26,22 @@ def watch_until(kube: Client, resource: Any, done: Callable[[Any], bool], **sele
         except ApiError as exc:
             if exc.status.code != 504:
                 raise
+
+
+def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None = None) -> None:
+    """Return once the object ``name`` is gone (at once if it is not there)."""
+    from lightkube import ApiError
+
+    selector: dict[str, Any] = {"fields": {"metadata.name": name}}
+    if namespace is not None:
+        selector["namespace"] = namespace
+    while True:
+        try:
+            if not list(kube.list(resource, **selector)):
+                return
+            for event, _ in kube.watch(resource, **selector):
+                if event == "DELETED":
+                    return
+        except ApiError as exc:
+            if exc.status.code != 504:
+                raise
