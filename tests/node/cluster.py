@@ -12,6 +12,7 @@ is undone by tests/node/host.py, at teardown or, after a killed run, at the next
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -277,22 +278,27 @@ class Node:
             "--v=2",
         )
 
-    def node_ready(self) -> bool:
-        """Ready, untainted, and the default ServiceAccount made (pods can be admitted)."""
+    def node_ready(self, since: datetime.datetime | None = None) -> bool:
+        """Ready, untainted, and the default ServiceAccount made (pods can be admitted);
+        with ``since``, reported Ready by a heartbeat after that time (a restarted kubelet
+        finds its predecessor's Ready in the Node's status)."""
         status, body = self.api_get(f"/api/v1/nodes/{NODE_NAME}")
         if status != 200:
             return False
         node = json.loads(body)
+        after = since or datetime.datetime.min.replace(tzinfo=datetime.UTC)
         ready = any(
-            c["type"] == "Ready" and c["status"] == "True"
+            c["type"] == "Ready"
+            and c["status"] == "True"
+            and datetime.datetime.fromisoformat(c["lastHeartbeatTime"]) > after
             for c in node.get("status", {}).get("conditions", [])
         )
         taints = node.get("spec", {}).get("taints", [])
         default_sa = self.api_get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200
         return ready and not taints and default_sa
 
-    def await_kubelet(self, timeout: float = READY_TIMEOUT) -> None:
-        self._await("kubelet", self.node_ready, timeout)
+    def await_kubelet(self, since: datetime.datetime | None = None) -> None:
+        self._await("kubelet", lambda: self.node_ready(since), READY_TIMEOUT)
 
     def stop(self, name: str) -> None:
         process = self._processes.pop(name, None)
@@ -312,6 +318,28 @@ class Node:
         """Every container and shim of the node gone, as a power cut leaves them."""
         host.kill_all(host.pod_pids(), timeout=5)
         host.kill_all(host.pids_with_argument(str(self.paths.containerd_socket)), timeout=5)
+
+    def restart_kubelet(self) -> None:
+        self.stop("kubelet")
+        since = _now()
+        self.start_kubelet()
+        self.await_kubelet(since)
+
+    def reboot(self) -> None:
+        """What a reboot does to the node, short of the kernel: every container gone,
+        containerd's and the CDI directory's tmpfs-backed state lost (/run), the kubelet
+        and containerd started again; what lives on disk (/var/lib) stays."""
+        self.stop("kubelet")
+        self.kill_containers()
+        self.stop("containerd")
+        host.unmount_all([STATE / "containerd"])
+        host.remove_tree(STATE / "containerd")
+        for spec in CDI_RUN_DIR.glob("*"):
+            spec.unlink()
+        self.start_containerd()
+        since = _now()
+        self.start_kubelet()
+        self.await_kubelet(since)
 
     def stop_all(self) -> None:
         self.stop("kubelet")
@@ -422,6 +450,11 @@ def running_node(
             if entered is not None:
                 entered.leave()
             clean_machine(node.paths.containerd_socket)
+
+
+def _now() -> datetime.datetime:
+    # The API's times have whole seconds: a heartbeat in this very second may be the old one.
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
 
 
 def _cmdline(pid: int) -> bytes:

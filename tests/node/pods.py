@@ -44,10 +44,11 @@ def run_pod(
     limits: Mapping[str, str] | None = None,
     claim_template: str | None = None,
     wait_running: bool = True,
+    within: float | None = None,
+    restart: str = "Never",
 ) -> str:
     """Create a pod (a name of its own, starting with ``prefix``); await it running."""
     from lightkube.codecs import from_dict
-    from lightkube.resources.core_v1 import Pod
 
     name = f"{prefix}-{next(_serial)}"
     container: dict[str, Any] = {
@@ -58,7 +59,7 @@ def run_pod(
     }
     spec: dict[str, Any] = {
         "containers": [container],
-        "restartPolicy": "Never",
+        "restartPolicy": restart,
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -79,16 +80,15 @@ def run_pod(
         )
     )
     if wait_running:
-        await_pod(
-            kube,
-            name,
-            lambda pod: pod.status is not None and pod.status.phase in ("Running", "Succeeded"),
-        )
-    _ = Pod
+        await_pod(kube, name, running, within)
     return name
 
 
-def await_pod(kube: Client, name: str, done: Any) -> Any:
+def running(pod: Any) -> bool:
+    return pod.status is not None and pod.status.phase in ("Running", "Succeeded")
+
+
+def await_pod(kube: Client, name: str, done: Any, within: float | None = None) -> Any:
     """The pod once ``done(pod)`` holds; a failed pod ends the wait with its status.
 
     No deadline of its own: the suite's per-test timeout (conftest) bounds a stuck one.
@@ -100,19 +100,32 @@ def await_pod(kube: Client, name: str, done: Any) -> Any:
             raise AssertionError(f"pod {name} failed: {pod.status}")
         return bool(done(pod))
 
-    return watch_until(kube, Pod, finished, namespace=NAMESPACE, fields={"metadata.name": name})
+    try:
+        return watch_until(
+            kube, Pod, finished, within, namespace=NAMESPACE, fields={"metadata.name": name}
+        )
+    except AssertionError as exc:
+        got = kube.get(Pod, name, namespace=NAMESPACE)
+        raise AssertionError(f"pod {name}: {exc}; its status: {got.status}") from None
 
 
 def pod_log(kube: Client, name: str) -> str:
-    """The pod's log up to its END line (the whole log for a pod that printed none)."""
-    from lightkube.resources.core_v1 import Pod
+    """The pod's log up to its END line (the whole log for a pod that printed none).
+
+    Followed on a client of its own, closed after: a followed log of a pod that keeps
+    running stays open on the server, and must not hold a connection of ``kube``'s pool.
+    """
+    from lightkube import Client
 
     lines: list[str] = []
-    for line in kube.log(name, namespace=NAMESPACE, follow=True):
-        if line.rstrip("\n") == END:
-            break
-        lines.append(line)
-    _ = Pod
+    reader = Client(kube.config, trust_env=False)
+    try:
+        for line in reader.log(name, namespace=NAMESPACE, follow=True):
+            if line.rstrip("\n") == END:
+                break
+            lines.append(line)
+    finally:
+        reader.close()
     return "".join(lines)
 
 

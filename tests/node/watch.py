@@ -2,30 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lightkube import Client
 
 
-def watch_until(kube: Client, resource: Any, done: Callable[[Any], bool], **selector: Any) -> Any:
+def watch_until(
+    kube: Client,
+    resource: Any,
+    done: Callable[[Any], bool],
+    within: float | None = None,
+    **selector: Any,
+) -> Any:
     """The first object ``done`` accepts among the watch's events (the listing first).
 
     A watch that lightkube resumes may meet "Too large resource version" (504) from an API
     server whose cache lags behind the version it last sent; that only means start again.
-    No deadline of its own: the suite's per-test timeout (conftest) bounds a stuck wait.
+    Without ``within`` it has no deadline of its own (the suite's per-test timeout bounds
+    a stuck wait); with it, AssertionError after that many seconds, for the waits whose
+    bound is the point (an outcome that may never come, e.g. issue 25's).
     """
+    if within is not None:
+        return _bounded(within, lambda: watch_until(kube, resource, done, **selector))
     from lightkube import ApiError
 
-    while True:
-        try:
-            for _, obj in kube.watch(resource, **selector):
-                if done(obj):
-                    return obj
-        except ApiError as exc:
-            if exc.status.code != 504:
-                raise
+    with _own_client(kube) as watcher:
+        while True:
+            try:
+                for _, obj in watcher.watch(resource, **selector):
+                    if done(obj):
+                        return obj
+            except ApiError as exc:
+                if exc.status.code != 504:
+                    raise
 
 
 def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None = None) -> None:
@@ -35,13 +48,50 @@ def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None 
     selector: dict[str, Any] = {"fields": {"metadata.name": name}}
     if namespace is not None:
         selector["namespace"] = namespace
-    while True:
-        try:
-            if not list(kube.list(resource, **selector)):
-                return
-            for event, _ in kube.watch(resource, **selector):
-                if event == "DELETED":
+    with _own_client(kube) as watcher:
+        while True:
+            try:
+                if not list(watcher.list(resource, **selector)):
                     return
-        except ApiError as exc:
-            if exc.status.code != 504:
-                raise
+                for event, _ in watcher.watch(resource, **selector):
+                    if event == "DELETED":
+                        return
+            except ApiError as exc:
+                if exc.status.code != 504:
+                    raise
+
+
+@contextlib.contextmanager
+def _own_client(kube: Client) -> Iterator[Client]:
+    # Each watch on a client of its own, closed when the wait ends: an abandoned watch
+    # must neither hold a connection of ``kube``'s pool nor stay open on the API server.
+    from lightkube import Client
+
+    watcher = Client(kube.config, trust_env=False)
+    try:
+        yield watcher
+    finally:
+        watcher.close()
+
+
+def _bounded(seconds: float, wait: Callable[[], Any]) -> Any:
+    # lightkube's watch cannot be interrupted: it runs in a daemon thread that ends with
+    # its connection (at the latest when the node's API server stops).
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(wait())
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    if not finished.wait(seconds):
+        raise AssertionError(f"not within {seconds:.0f} s")
+    if failure:
+        raise failure[0]
+    return outcome[0]
