@@ -198,6 +198,10 @@ class Node:
             "--initial-advertise-peer-urls=http://127.0.0.1:2380",
             "--initial-cluster=default=http://127.0.0.1:2380",
             "--listen-metrics-urls=http://127.0.0.1:2381",
+            # The API server's watch cache learns etcd's current revision from these
+            # notifications; at etcd's 10 min default, a watch of a quiet resource waited
+            # for a fresh cache until it failed ("Too large resource version").
+            "--experimental-watch-progress-notify-interval=1s",
         )
         self._spawn(
             "kube-apiserver",

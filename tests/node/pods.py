@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -110,23 +111,18 @@ def await_pod(kube: Client, name: str, done: Any, within: float | None = None) -
 
 
 def pod_log(kube: Client, name: str) -> str:
-    """The pod's log up to its END line (the whole log for a pod that printed none).
+    """The running container's log up to its END line.
 
-    Followed on a client of its own, closed after: a followed log of a pod that keeps
-    running stays open on the server, and must not hold a connection of ``kube``'s pool.
+    Read whole and again until END is in it: the log is no API object to watch, and a
+    followed log of a pod that keeps running, abandoned at END, left lightkube's
+    connection pool stuck (the next request on it never got its response headers).
     """
-    from lightkube import Client
-
-    lines: list[str] = []
-    reader = Client(kube.config, trust_env=False)
-    try:
-        for line in reader.log(name, namespace=NAMESPACE, follow=True):
-            if line.rstrip("\n") == END:
-                break
-            lines.append(line)
-    finally:
-        reader.close()
-    return "".join(lines)
+    while True:
+        log = "".join(kube.log(name, namespace=NAMESPACE))
+        lines = log.splitlines(keepends=True)
+        if f"{END}\n" in lines:
+            return "".join(lines[: lines.index(f"{END}\n")])
+        time.sleep(0.2)  # printed within milliseconds of the container's start
 
 
 def seen_devices(log: str) -> set[str]:

@@ -73,7 +73,11 @@ def hold(kube: Client, prefix: str, **request: Any) -> Holder:
 
 
 @pytest.fixture
-def dp_holders(kube: Client, device_plugins: Release) -> Iterator[list[Holder]]:
+def dp_holders(kube: Client, node: Node, device_plugins: Release) -> Iterator[list[Holder]]:
+    # A scenario before may have rolled the plugins out: start from all of them serving.
+    for name in device_plugins.daemonsets():
+        plugins.await_rollout(kube, name)
+    plugins.await_allocatable(kube, node, plugins.full_capacity())
     holders = [
         hold(kube, "hold-generic", limits={plugins.GENERIC_RESOURCE: "1"}),
         hold(kube, "hold-gpu", limits={plugins.GPU_RESOURCE: "1"}),
@@ -85,6 +89,8 @@ def dp_holders(kube: Client, device_plugins: Release) -> Iterator[list[Holder]]:
 
 @pytest.fixture
 def dra_holder(kube: Client, dra_drivers: Release) -> Iterator[Holder]:
+    for name in dra_drivers.daemonsets():
+        plugins.await_rollout(kube, name)
     with dra.claim_template(kube, "hold", dra.GENERIC_CLASS) as template:
         holder = hold(kube, "hold-dra", claim_template=template)
         yield holder

@@ -20,8 +20,11 @@ def watch_until(
 ) -> Any:
     """The first object ``done`` accepts among the watch's events (the listing first).
 
-    A watch that lightkube resumes may meet "Too large resource version" (504) from an API
-    server whose cache lags behind the version it last sent; that only means start again.
+    The watch starts at resourceVersion 0 ("any"): the API server answers it from its
+    cache at once, with the current objects first, instead of first waiting for the cache
+    to catch up with etcd. A watch that lightkube resumes may still meet "Too large
+    resource version" (504) from a cache that lags behind the version it last sent; that
+    only means start again.
     Without ``within`` it has no deadline of its own (the suite's per-test timeout bounds
     a stuck wait); with it, AssertionError after that many seconds, for the waits whose
     bound is the point (an outcome that may never come, e.g. issue 25's).
@@ -33,7 +36,7 @@ def watch_until(
     with _own_client(kube) as watcher:
         while True:
             try:
-                for _, obj in watcher.watch(resource, **selector):
+                for _, obj in watcher.watch(resource, resource_version="0", **selector):
                     if done(obj):
                         return obj
             except ApiError as exc:
@@ -53,7 +56,7 @@ def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None 
             try:
                 if not list(watcher.list(resource, **selector)):
                     return
-                for event, _ in watcher.watch(resource, **selector):
+                for event, _ in watcher.watch(resource, resource_version="0", **selector):
                     if event == "DELETED":
                         return
             except ApiError as exc:
