@@ -54,9 +54,12 @@ def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None 
     with _own_client(kube) as watcher:
         while True:
             try:
-                if not list(watcher.list(resource, **selector)):
+                # Watched from the listing's version: a deletion between the two is seen.
+                listing = watcher.list(resource, **selector)
+                if not list(listing):
                     return
-                for event, _ in watcher.watch(resource, resource_version="0", **selector):
+                version = listing.resourceVersion
+                for event, _ in watcher.watch(resource, resource_version=version, **selector):
                     if event == "DELETED":
                         return
             except ApiError as exc:
