@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from tests.node import host
 from tests.node.cluster import NETNS, Node
-from tests.node.pods import pod_log, run_pod
+from tests.node.pods import END, pod_log, run_pod
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -46,5 +46,5 @@ def test_the_kubelet_set_only_the_sysctls_recorded_for_restore(node: Node) -> No
 
 
 def test_a_pod_runs_from_the_imported_test_image(node: Node, kube: Client) -> None:
-    pod = run_pod(kube, "hello", ["sh", "-c", "echo hello from $(cat /proc/1/comm)"])
+    pod = run_pod(kube, "hello", ["sh", "-c", f"echo hello from $(cat /proc/1/comm); echo {END}"])
     assert pod_log(kube, pod).strip() == "hello from sh"
