@@ -1,7 +1,7 @@
 """Test pods on the real node: made from the test image, read through their logs.
 
 Each pod prints what it sees (its device nodes, its environment, ...) and then the
-line ``END``; the tests follow its log through the API server (which reads it from
+line ``END``; the tests read its log through the API server (which reads it from
 the kubelet) up to that line, so what they check is what the container saw.
 """
 
