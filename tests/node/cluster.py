@@ -329,22 +329,6 @@ class Node:
         self.start_kubelet()
         self.await_kubelet(since)
 
-    def reboot(self) -> None:
-        """What a reboot does to the node, short of the kernel: every container gone,
-        containerd's and the CDI directory's tmpfs-backed state lost (/run), the kubelet
-        and containerd started again; what lives on disk (/var/lib) stays."""
-        self.stop("kubelet")
-        self.kill_containers()
-        self.stop("containerd")
-        host.unmount_all([STATE / "containerd"])
-        host.remove_tree(STATE / "containerd")
-        for spec in CDI_RUN_DIR.glob("*"):
-            spec.unlink()
-        self.start_containerd()
-        since = _now()
-        self.start_kubelet()
-        self.await_kubelet(since)
-
     def stop_all(self) -> None:
         self.stop("kubelet")
         self.kill_containers()
