@@ -1,0 +1,191 @@
+"""Fixtures of the real-node suite (docs/node-tests.md).
+
+- ``node``: the single-node Kubernetes of tests/node/cluster.py for the whole session,
+  with the test image imported; torn down by PID at the end, whatever failed.
+- ``kube``: an admin lightkube Client on it (the tests run inside the node's network
+  namespace, so it reaches the API server, the pods and their /metrics directly).
+
+The suite runs only when named (``pytest tests/node``): a plain ``pytest`` leaves it out,
+since it takes the machine's kubelet ports and minutes. Where the machine cannot run a
+node, its tests skip with the reason; under ``CI=true`` they fail instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.chart_support import ROOT
+from tests.node import dra, plugins
+from tests.node.chart import Release, installed
+from tests.node.cluster import Node, NodeStartError, NodeUnavailable, running_node
+from tests.node.images import ImageUnavailable, write_test_image
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+HERE = Path(__file__).parent
+TEST_TIMEOUT = 600
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.parent != HERE or not collection_path.name.startswith("test_"):
+        return None
+    named = any(Path(arg.split("::")[0]).resolve().is_relative_to(HERE) for arg in config.args)
+    return None if named else True
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The first test to ask for the project's images waits for their build (minutes);
+    # every later wait ends on an event, so the bound matters only for a stuck one.
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+
+
+def unavailable(reason: str) -> None:
+    """Skip outside CI; under CI=true the node is required, so fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the real node cannot run here: {reason}", pytrace=False)
+    pytest.skip(f"the real node cannot run here: {reason}")
+
+
+@dataclass
+class ImageBuild:
+    """hack/build-node-images, started before the node's namespace is entered (it needs
+    the machine's network for pip and apt) and running while the node boots."""
+
+    out: Path
+    log: Path
+    process: subprocess.Popen[bytes] | None
+    reason: str = ""  # why no build runs
+    started: float = field(default_factory=time.monotonic)
+
+
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def image_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageBuild]:
+    out = tmp_path_factory.mktemp("node-images")
+    log = out / "build.log"
+    missing = [tool for tool in ("buildah", "mmdebstrap") if shutil.which(tool) is None]
+    if missing:
+        yield ImageBuild(out, log, None, f"{' and '.join(missing)} not installed")
+        return
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            [str(ROOT / "hack" / "build-node-images"), str(out)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    build = ImageBuild(out, log, process)
+    try:
+        yield build
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def node(image_build: ImageBuild) -> Iterator[Node]:
+    pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+    with tempfile.TemporaryDirectory(prefix="node-images-") as workdir:
+        started_at = time.monotonic()
+        try:
+            with running_node(lambda _: [write_test_image(Path(workdir))]) as started:
+                TIMINGS["node start to Ready"] = time.monotonic() - started_at
+                yield started
+        except (NodeUnavailable, ImageUnavailable, NodeStartError) as exc:
+            unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def project_images(node: Node, image_build: ImageBuild) -> list[str]:
+    """The project's two images, built from this checkout's ./Dockerfile, in containerd."""
+    if image_build.process is None:
+        unavailable(f"no image build: {image_build.reason}")
+        return []
+    code = image_build.process.wait()
+    TIMINGS["image build (from session start)"] = time.monotonic() - image_build.started
+    if code != 0:
+        tail = "\n".join(image_build.log.read_text(errors="replace").splitlines()[-30:])
+        unavailable(f"hack/build-node-images exited {code}:\n{tail}")
+    started = time.monotonic()
+    images = []
+    for line in (image_build.out / "images.txt").read_text().splitlines():
+        archive, image = line.split()
+        node.ctr("images", "import", archive)
+        images.append(image)
+    TIMINGS["image import"] = time.monotonic() - started
+    return images
+
+
+@pytest.fixture(scope="session")
+def device_plugins(kube: Client, node: Node, project_images: list[str]) -> Iterator[Release]:
+    """The chart in device-plugin mode, its resources in the node's allocatable."""
+    started = time.monotonic()
+    with (
+        label_for_nvidia(kube, node),
+        installed(kube, "dp", plugins.NAMESPACE, plugins.values(node, "device-plugin")) as release,
+    ):
+        for name in release.daemonsets():
+            plugins.await_rollout(kube, name)
+        plugins.await_allocatable(kube, node, plugins.full_capacity())
+        TIMINGS["device-plugin release to allocatable"] = time.monotonic() - started
+        yield release
+
+
+@pytest.fixture(scope="session")
+def dra_drivers(kube: Client, node: Node, project_images: list[str]) -> Iterator[Release]:
+    """The chart in DRA mode: its drivers running, their ResourceSlices published."""
+    started = time.monotonic()
+    with (
+        label_for_nvidia(kube, node),
+        installed(kube, "dra", plugins.NAMESPACE, plugins.values(node, "dra")) as release,
+    ):
+        for name in release.daemonsets():
+            plugins.await_rollout(kube, name)
+        dra.await_slices(
+            kube, node, {dra.GENERIC_DRIVER: 3, dra.GPU_DRIVER: plugins.SIMULATED_GPUS}
+        )
+        TIMINGS["DRA release to slices"] = time.monotonic() - started
+        yield release
+
+
+@contextlib.contextmanager
+def label_for_nvidia(kube: Client, node: Node) -> Iterator[None]:
+    """The label node-feature-discovery puts on a node with an NVIDIA PCI device."""
+    from lightkube.resources.core_v1 import Node as NodeObject
+
+    key, value = plugins.NVIDIA_NODE_LABEL
+    kube.patch(NodeObject, node.name, {"metadata": {"labels": {key: value}}})
+    yield
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if TIMINGS:
+        terminalreporter.section("real node timings")
+        for what, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def kube(node: Node) -> Iterator[Client]:
+    from lightkube import Client, KubeConfig
+
+    client = Client(KubeConfig.from_dict(node.kubeconfig()), field_manager="helm", trust_env=False)
+    yield client
+    client.close()

@@ -1,0 +1,95 @@
+"""DRA on the test node: the drivers' ResourceSlices, claim templates, claims."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from tests.node.cluster import DEVICE_PREFIX, Node
+from tests.node.pods import NAMESPACE
+from tests.node.watch import watch_until
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+GENERIC_DRIVER = "generic.accel-plugins.io"  # the chart's generic.draDriverName
+GPU_DRIVER = "gpu.nvidia.com"  # the chart's nvidia.draDriverName (NVIDIA's own)
+# The chart's DeviceClasses (templates/dra-deviceclasses.yaml): gpu.nvidia.com as NVIDIA's
+# DRA driver names it, and <device name>.<generic.domain> per generic device.
+GENERIC_CLASS = f"{DEVICE_PREFIX}.accel-plugins.io"
+GPU_CLASS = "gpu.nvidia.com"
+
+
+def slice_devices(kube: Client, node: Node) -> Counter[str]:
+    """Devices per driver in the node's ResourceSlices."""
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    counts: Counter[str] = Counter()
+    for item in kube.list(ResourceSlice, fields={"spec.nodeName": node.name}):
+        counts[item.spec.driver] += len(item.spec.devices or [])
+    return counts
+
+
+def await_slices(kube: Client, node: Node, expected: dict[str, int]) -> None:
+    """Each driver's slices for the node list ``expected`` devices."""
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    watch_until(
+        kube,
+        ResourceSlice,
+        lambda _: _has(slice_devices(kube, node), expected),
+        fields={"spec.nodeName": node.name},
+    )
+
+
+def _has(counts: Counter[str], expected: dict[str, int]) -> bool:
+    return all(counts[driver] == n for driver, n in expected.items())
+
+
+@contextlib.contextmanager
+def claim_template(kube: Client, name: str, device_class: str, count: int = 1) -> Iterator[str]:
+    from lightkube.codecs import from_dict
+    from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+    template: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "dev",
+                            "exactly": {"deviceClassName": device_class, "count": count},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    kube.create(from_dict(template))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            kube.delete(ResourceClaimTemplate, name, namespace=NAMESPACE)
+
+
+def pod_claims(kube: Client, pod: str) -> list[Any]:
+    """The ResourceClaims made for ``pod`` from its templates."""
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    return [
+        claim
+        for claim in kube.list(ResourceClaim, namespace=NAMESPACE)
+        if claim.metadata is not None
+        and any(ref.name == pod for ref in (claim.metadata.ownerReferences or []))
+    ]
+
+
+def allocated_devices(claim: Any) -> list[str]:
+    results = claim.status.allocation.devices.results if claim.status.allocation else []
+    return [f"{r.driver}/{r.pool}/{r.device}" for r in results]

@@ -1,0 +1,150 @@
+"""Test pods on the real node: made from the test image, read through their logs.
+
+Each pod prints what it sees (its device nodes, its environment, ...) and then the
+line ``END``; the tests read its log through the API server (which reads it from
+the kubelet) up to that line, so what they check is what the container saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tests.node.images import TEST_IMAGE
+from tests.node.watch import watch_until
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+NAMESPACE = "default"
+END = "END"
+_serial = itertools.count()
+
+# Prints the device nodes under /dev (not the runtime's defaults) and the environment,
+# then stays up so the pod keeps its devices.
+SHOW_DEVICES = (
+    "for d in $(ls /dev); do case $d in "
+    "null|zero|full|random|urandom|tty|console|pts|shm|mqueue|ptmx|fd|stdin|stdout|stderr"
+    "|termination-log|core) ;; *) echo DEV /dev/$d ;; esac; done; "
+    f"env | sort | sed 's/^/ENV /'; echo {END}; exec sleep 100000"
+)
+
+
+def show_devices() -> list[str]:
+    return ["sh", "-c", SHOW_DEVICES]
+
+
+def run_pod(
+    kube: Client,
+    prefix: str,
+    command: Sequence[str],
+    *,
+    limits: Mapping[str, str] | None = None,
+    claim_template: str | None = None,
+    wait_running: bool = True,
+    within: float | None = None,
+    restart: str = "Never",
+) -> str:
+    """Create a pod (a name of its own, starting with ``prefix``); await it running."""
+    from lightkube.codecs import from_dict
+
+    name = f"{prefix}-{next(_serial)}"
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": TEST_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": list(command),
+    }
+    spec: dict[str, Any] = {
+        "containers": [container],
+        "restartPolicy": restart,
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if limits:
+        container["resources"] = {"limits": dict(limits)}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": claim_template}]
+        container["resources"] = {"claims": [{"name": "dev"}]}
+    kube.create(
+        from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": spec,
+            }
+        )
+    )
+    if wait_running:
+        await_pod(kube, name, running, within)
+    return name
+
+
+def running(pod: Any) -> bool:
+    return pod.status is not None and pod.status.phase in ("Running", "Succeeded")
+
+
+def await_pod(kube: Client, name: str, done: Any, within: float | None = None) -> Any:
+    """The pod once ``done(pod)`` holds; a failed pod ends the wait with its status.
+
+    No deadline of its own: the suite's per-test timeout (conftest) bounds a stuck one.
+    """
+    from lightkube.resources.core_v1 import Pod
+
+    def finished(pod: Any) -> bool:
+        if pod.status is not None and pod.status.phase == "Failed":
+            raise AssertionError(f"pod {name} failed: {pod.status}")
+        return bool(done(pod))
+
+    try:
+        return watch_until(
+            kube, Pod, finished, within, namespace=NAMESPACE, fields={"metadata.name": name}
+        )
+    except AssertionError as exc:
+        got = kube.get(Pod, name, namespace=NAMESPACE)
+        raise AssertionError(f"pod {name}: {exc}; its status: {got.status}") from None
+
+
+def pod_log(kube: Client, name: str) -> str:
+    """The running container's log up to its END line.
+
+    Read whole and again until END is in it: the log is no API object to watch, and a
+    followed log of a pod that keeps running, abandoned at END, left lightkube's
+    connection pool stuck (the next request on it never got its response headers).
+    """
+    while True:
+        log = "".join(kube.log(name, namespace=NAMESPACE))
+        lines = log.splitlines(keepends=True)
+        if f"{END}\n" in lines:
+            return "".join(lines[: lines.index(f"{END}\n")])
+        time.sleep(0.2)  # printed within milliseconds of the container's start
+
+
+def seen_devices(log: str) -> set[str]:
+    return {line[4:] for line in log.splitlines() if line.startswith("DEV ")}
+
+
+def seen_env(log: str) -> dict[str, str]:
+    pairs = (line[4:].split("=", 1) for line in log.splitlines() if line.startswith("ENV "))
+    return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
+
+
+def delete_pod(kube: Client, name: str) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    with contextlib.suppress(Exception):
+        kube.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+
+
+@contextlib.contextmanager
+def pod(kube: Client, prefix: str, command: Sequence[str], **kwargs: Any) -> Iterator[str]:
+    name = run_pod(kube, prefix, command, **kwargs)
+    try:
+        yield name
+    finally:
+        delete_pod(kube, name)
