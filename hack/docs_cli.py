@@ -14,7 +14,8 @@ OWN_BACKENDS = ("nvidia", "generic")
 def _parser() -> argparse.ArgumentParser:
     from accel_plugins.cli import build_parser, installed_backends
 
-    backends = installed_backends(lambda name: name in OWN_BACKENDS)
+    installed = installed_backends(lambda name: name in OWN_BACKENDS)
+    backends = {name: b for name, b in installed.items() if name in OWN_BACKENDS}
     return build_parser(["--help"], backends)
 
 
