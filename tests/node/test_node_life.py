@@ -3,8 +3,8 @@
 Each scenario starts pods that hold devices (device plugin: a generic device and a
 simulated GPU; DRA: a generic device through a claim), does to the node what happens to
 nodes, then checks the holders and starts new pods. The DRA side of the kubelet restart
-fails today for issue 25's reasons (marked xfail, strict: an XPASS tells the lead the
-fix is in). Not here yet: the reboot (the device-plugin side failed: a holder started
+is issue 25's first finding: the kubelet wipes the node's slices at start and the driver
+puts them back. Not here yet: the reboot (the device-plugin side failed: a holder started
 after the chart-upgrade scenario was rejected "no healthy devices"), the DRA side of the
 other scenarios and a device unplugged under a pod (docs/node-tests.md).
 """
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from lightkube import Client
 
 NEW_POD_WITHIN = 90.0  # a new pod that gets no device never runs: the bound ends the wait
-ISSUE_25_SLICES = (
-    "issue 25: the kubelet deletes the node's ResourceSlices when it starts and the "
-    "driver does not publish them again, so no new claim can be allocated"
-)
 
 
 @dataclass(frozen=True)
@@ -193,9 +189,7 @@ def test_device_plugin_pods_keep_and_get_devices(
 @pytest.mark.parametrize(
     "scenario",
     [
-        pytest.param(
-            "kubelet restart", marks=pytest.mark.xfail(reason=ISSUE_25_SLICES, strict=True)
-        ),
+        pytest.param("kubelet restart"),
     ],
 )
 def test_dra_pods_keep_and_get_devices(
