@@ -329,6 +329,31 @@ class Node:
         self.start_kubelet()
         self.await_kubelet(since)
 
+    def reboot(self) -> None:
+        """What a reboot does to the node, the control plane aside (another machine's):
+        every container and mount gone, /run emptied (containerd's state, the pods'
+        network namespaces and addresses, the CDI specs of /var/run/cdi), then containerd
+        and the kubelet started again. /var/lib (the kubelet's checkpoints, containerd's
+        images) and the /dev nodes stay, as on a disk."""
+        self.stop("kubelet")
+        self.kill_containers()
+        self.stop("containerd")
+        host.unmount_all([KUBELET_ROOT, STATE])
+        host.remove_pod_cgroups()
+        for lost in (STATE / "containerd", STATE / "cni", CDI_RUN_DIR):
+            host.remove_tree(lost)
+        CDI_RUN_DIR.mkdir(parents=True)  # tmpfs-backed /run keeps the directory, not its files
+        since = _now()
+        self.start_containerd()
+        self.start_kubelet()
+        self.await_kubelet(since)
+
+    def keep_logs(self, into: Path) -> None:
+        """The daemons' logs and every pod's (our plugins' among them), for a failed run."""
+        for source in (self.paths.logs, Path("/var/log/pods")):
+            if source.is_dir():
+                shutil.copytree(source, into / source.name, dirs_exist_ok=True, symlinks=True)
+
     def stop_all(self) -> None:
         self.stop("kubelet")
         self.kill_containers()
@@ -408,12 +433,15 @@ def record_footprint() -> None:
 
 @contextlib.contextmanager
 def running_node(
-    archives: Callable[[Node], Iterable[Path]], lock_timeout: float = 600.0
+    archives: Callable[[Node], Iterable[Path]],
+    lock_timeout: float = 600.0,
+    logs: Path | None = None,
 ) -> Iterator[Node]:
     """Boot the node (after cleaning a stale one), yield it, tear it all down.
 
     ``archives(node)`` names the OCI archives to import once containerd runs (the
-    sandbox image among them), before the kubelet starts.
+    sandbox image among them), before the kubelet starts. With ``logs``, the node's
+    logs are copied there before the teardown removes them.
     """
     assets = preflight()
     with host.machine_lock(LOCK, lock_timeout):
@@ -435,6 +463,8 @@ def running_node(
             yield node
         finally:
             node.stop_all()
+            if logs is not None:
+                node.keep_logs(logs)
             if entered is not None:
                 entered.leave()
             clean_machine(node.paths.containerd_socket)

@@ -73,6 +73,8 @@ class ImageBuild:
 
 
 TIMINGS: dict[str, float] = {}
+LOGS_ENV = "ACCEL_NODE_LOGS"
+LOGS: list[Path] = []
 
 
 @pytest.fixture(scope="session")
@@ -100,12 +102,15 @@ def image_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageBuild
 
 
 @pytest.fixture(scope="session")
-def node(image_build: ImageBuild) -> Iterator[Node]:
+def node(image_build: ImageBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+    # The daemons' and pods' logs outlive the node (CI keeps $ACCEL_NODE_LOGS).
+    logs = Path(os.environ.get(LOGS_ENV) or tmp_path_factory.mktemp("node-logs"))
+    LOGS.append(logs)
     with tempfile.TemporaryDirectory(prefix="node-images-") as workdir:
         started_at = time.monotonic()
         try:
-            with running_node(lambda _: [write_test_image(Path(workdir))]) as started:
+            with running_node(lambda _: [write_test_image(Path(workdir))], logs=logs) as started:
                 TIMINGS["node start to Ready"] = time.monotonic() - started_at
                 yield started
         except (NodeUnavailable, ImageUnavailable, NodeStartError) as exc:
@@ -180,6 +185,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("real node timings")
         for what, seconds in TIMINGS.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+    for logs in LOGS:
+        terminalreporter.write_line(f"the node's logs (daemons and pods): {logs}")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tests.node.images import TEST_IMAGE
-from tests.node.watch import watch_until
+from tests.node.watch import await_deleted, watch_until
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -37,21 +37,14 @@ def show_devices() -> list[str]:
     return ["sh", "-c", SHOW_DEVICES]
 
 
-def run_pod(
-    kube: Client,
-    prefix: str,
+def pod_spec(
     command: Sequence[str],
     *,
     limits: Mapping[str, str] | None = None,
     claim_template: str | None = None,
-    wait_running: bool = True,
-    within: float | None = None,
     restart: str = "Never",
-) -> str:
-    """Create a pod (a name of its own, starting with ``prefix``); await it running."""
-    from lightkube.codecs import from_dict
-
-    name = f"{prefix}-{next(_serial)}"
+) -> dict[str, Any]:
+    """A pod of the test image running ``command``, asking for ``limits`` or a claim."""
     container: dict[str, Any] = {
         "name": "main",
         "image": TEST_IMAGE,
@@ -70,19 +63,80 @@ def run_pod(
     if claim_template:
         spec["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": claim_template}]
         container["resources"] = {"claims": [{"name": "dev"}]}
+    return spec
+
+
+def run_pod(
+    kube: Client,
+    prefix: str,
+    command: Sequence[str],
+    *,
+    wait_running: bool = True,
+    within: float | None = None,
+    **request: Any,
+) -> str:
+    """Create a pod (a name of its own, starting with ``prefix``); await it running."""
+    from lightkube.codecs import from_dict
+
+    name = f"{prefix}-{next(_serial)}"
     kube.create(
         from_dict(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {"name": name, "namespace": NAMESPACE},
-                "spec": spec,
+                "spec": pod_spec(command, **request),
             }
         )
     )
     if wait_running:
         await_pod(kube, name, running, within)
     return name
+
+
+def run_replica_set(kube: Client, prefix: str, command: Sequence[str], **request: Any) -> str:
+    """A ReplicaSet of one such pod (a workload's controller replaces a rejected pod)."""
+    from lightkube.codecs import from_dict
+
+    name = f"{prefix}-{next(_serial)}"
+    labels = {"accel-plugins.io/holder": name}
+    kube.create(
+        from_dict(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": pod_spec(command, restart="Always", **request),
+                    },
+                },
+            }
+        )
+    )
+    return name
+
+
+def await_replica(kube: Client, owner: str, done: Any, within: float | None = None) -> Any:
+    """A pod of the ReplicaSet ``owner`` once ``done(pod)`` holds."""
+    from lightkube.resources.core_v1 import Pod
+
+    return watch_until(
+        kube, Pod, done, within, namespace=NAMESPACE, labels={"accel-plugins.io/holder": owner}
+    )
+
+
+def delete_replica_set(kube: Client, name: str) -> None:
+    """Delete it and await its pods' end (the next test counts on their devices)."""
+    from lightkube.resources.apps_v1 import ReplicaSet
+    from lightkube.types import CascadeType
+
+    with contextlib.suppress(Exception):
+        kube.delete(ReplicaSet, name, namespace=NAMESPACE, cascade=CascadeType.FOREGROUND)
+        await_deleted(kube, ReplicaSet, name, namespace=NAMESPACE)
 
 
 def running(pod: Any) -> bool:
