@@ -9,14 +9,26 @@ strategy, its default deviceListStrategy).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.node import chart, plugins
 from tests.node.chart import Release
-from tests.node.cluster import DEVICES, Node
+from tests.node.cluster import CDI_RUN_DIR, DEVICES, Node
+from tests.node.kubelet_state import allocations
 from tests.node.plugins import GENERIC_RESOURCE, GPU_RESOURCE, SIMULATED_GPUS
-from tests.node.pods import await_pod, pod, pod_log, seen_devices, seen_env, show_devices
+from tests.node.pods import (
+    NAMESPACE,
+    await_pod,
+    pod,
+    pod_log,
+    seen_devices,
+    seen_env,
+    show_devices,
+)
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -75,3 +87,35 @@ def test_a_pod_over_the_nodes_capacity_stays_pending(
     # The scheduler's words, as kubectl describe shows them: "0/1 nodes are available:
     # 1 Insufficient nvidia.com/gpu." (pkg/scheduler/framework/plugins/noderesources/fit.go)
     assert f"Insufficient {resource}" in (scheduled.message or "")
+
+
+@pytest.fixture
+def cdi_strategy(kube: Client, node: Node, device_plugins: Release) -> Iterator[None]:
+    """The release upgraded to the generic backend's CDI strategy (generic.cdi), then back."""
+    for values in (plugins.values(node, "device-plugin", cdi={"enabled": True}), None):
+        if values is None:
+            yield
+            values = plugins.values(node, "device-plugin")
+        chart.apply(kube, device_plugins, values)
+        for name in device_plugins.daemonsets():
+            plugins.await_rollout(kube, name)
+        plugins.await_allocatable(kube, node, plugins.full_capacity())
+
+
+def test_the_cdi_strategy_has_containerd_inject_the_device_from_our_spec(
+    kube: Client, cdi_strategy: None
+) -> None:
+    with pod(kube, "cdi", show_devices(), limits={GENERIC_RESOURCE: "1"}) as name:
+        seen = seen_devices(pod_log(kube, name))
+        (allocation,) = allocations(kube, name, NAMESPACE)
+    answer = allocation.answer
+    # The kubelet was answered with a CDI name only, no device node: the node in the
+    # container is containerd's doing, from the spec our plugin wrote.
+    assert list(answer.devices) == []
+    (cdi_name,) = (d.name for d in answer.cdi_devices)
+    kind, device = cdi_name.split("=")
+    (node_path,) = seen
+    specs = [json.loads(p.read_text()) for p in CDI_RUN_DIR.glob("*.json")]
+    (spec,) = (s for s in specs if s["kind"] == kind)
+    (described,) = (d for d in spec["devices"] if d["name"] == device)
+    assert [n["path"] for n in described["containerEdits"]["deviceNodes"]] == [node_path]

@@ -1,0 +1,93 @@
+"""Each plugin pod's /metrics on the real node, scraped as Prometheus would.
+
+The chart's pods serve /metrics on the pod network (metrics.port); the suite runs inside
+the node's network namespace, so it reaches them by pod IP as a scraper in the cluster
+would. The plugins name each device's holder (namespace, pod, container) from the
+kubelet's PodResources API (the chart mounts its socket), so a running consumer's pod is
+in its device's series.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.metrics_support import Samples, parse, series
+from tests.node import plugins
+from tests.node.chart import Release
+from tests.node.kubelet_state import allocations
+from tests.node.pods import NAMESPACE, pod, pod_log, seen_env, show_devices
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+METRICS_PORT = 9478  # the chart's metrics.port
+# The plugin refreshes what the kubelet says at most every 2 s, on a scrape: a few
+# scrapes, never an event to wait on, so a bound that only a broken attribution reaches.
+ATTRIBUTED_WITHIN = 30.0
+
+
+def plugin_pod_ip(kube: Client, release: Release, backend: str) -> str:
+    from lightkube.resources.core_v1 import Pod
+
+    (daemonset,) = (d for d in release.daemonsets() if d.endswith(f"-{backend}"))
+    for got in kube.list(Pod, namespace=plugins.NAMESPACE):
+        owners = {o.name for o in got.metadata.ownerReferences or []} if got.metadata else set()
+        if daemonset in owners and got.status and got.status.podIP:
+            return str(got.status.podIP)
+    raise AssertionError(f"no running pod of {daemonset}")
+
+
+def scrape(ip: str) -> Samples:
+    # Never through a proxy of the environment: the pod network is inside the namespace.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{ip}:{METRICS_PORT}/metrics", timeout=10) as answer:
+        return parse(answer.read().decode())
+
+
+def await_holder(ip: str, name: str, holder: str) -> dict[str, str]:
+    """The labels of the one ``name`` series that names the pod ``holder``."""
+    deadline = time.monotonic() + ATTRIBUTED_WITHIN
+    while True:
+        held = [dict(labels) for labels in series(scrape(ip), name) if ("pod", holder) in labels]
+        if held or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert len(held) == 1, f"{name} series naming pod {holder}: {held}"
+    return held[0]
+
+
+@pytest.mark.parametrize(
+    ("backend", "resource"),
+    [("generic", plugins.GENERIC_RESOURCE), ("nvidia", plugins.GPU_RESOURCE)],
+)
+def test_a_plugin_pods_metrics_name_the_pod_holding_its_device(
+    kube: Client, device_plugins: Release, backend: str, resource: str
+) -> None:
+    ip = plugin_pod_ip(kube, device_plugins, backend)
+    with pod(kube, "consumer", show_devices(), limits={resource: "1"}) as name:
+        log = pod_log(kube, name)
+        labels = await_holder(ip, "accel_plugins_device_healthy", name)
+        samples = scrape(ip)
+        (allocation,) = allocations(kube, name, NAMESPACE)
+    # The series names the device the kubelet gave this pod.
+    assert {labels["device"]} == allocation.device_ids
+    assert labels["resource"] == resource
+    assert (labels["namespace"], labels["container"]) == (NAMESPACE, "main")
+    assert series(samples, "accel_plugins_pod_attribution_available") == {(): 1.0}
+    if backend == "nvidia":
+        gpu = _one_gpu_series(samples, name)
+        assert gpu["uuid"] == seen_env(log)["NVIDIA_VISIBLE_DEVICES"]
+
+
+def _one_gpu_series(samples: Samples, holder: str) -> dict[str, Any]:
+    held = [
+        dict(labels)
+        for labels in series(samples, "accel_plugins_gpu_healthy")
+        if ("pod", holder) in labels
+    ]
+    assert len(held) == 1, held
+    return held[0]
