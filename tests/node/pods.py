@@ -43,8 +43,10 @@ def pod_spec(
     limits: Mapping[str, str] | None = None,
     claim_template: str | None = None,
     restart: str = "Never",
+    node_name: str | None = None,
 ) -> dict[str, Any]:
-    """A pod of the test image running ``command``, asking for ``limits`` or a claim."""
+    """A pod of the test image running ``command``, asking for ``limits`` or a claim;
+    with ``node_name``, bound to that node directly (the scheduler never sees it)."""
     container: dict[str, Any] = {
         "name": "main",
         "image": TEST_IMAGE,
@@ -60,6 +62,8 @@ def pod_spec(
     }
     if limits:
         container["resources"] = {"limits": dict(limits)}
+    if node_name:
+        spec["nodeName"] = node_name
     if claim_template:
         spec["resourceClaims"] = [{"name": "dev", "resourceClaimTemplateName": claim_template}]
         container["resources"] = {"claims": [{"name": "dev"}]}

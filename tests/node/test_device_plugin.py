@@ -29,6 +29,7 @@ from tests.node.pods import (
     seen_env,
     show_devices,
 )
+from tests.node.watch import watch_until
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -87,6 +88,41 @@ def test_a_pod_over_the_nodes_capacity_stays_pending(
     # The scheduler's words, as kubectl describe shows them: "0/1 nodes are available:
     # 1 Insufficient nvidia.com/gpu." (pkg/scheduler/framework/plugins/noderesources/fit.go)
     assert f"Insufficient {resource}" in (scheduled.message or "")
+
+
+@pytest.mark.parametrize(
+    ("resource", "over"),
+    [(GENERIC_RESOURCE, len(DEVICES) + 1), (GPU_RESOURCE, SIMULATED_GPUS + 1)],
+    ids=["generic", "nvidia"],
+)
+def test_a_pod_bound_past_the_scheduler_over_capacity_is_rejected_by_the_kubelet(
+    kube: Client, node: Node, device_plugins: Release, resource: str, over: int
+) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    with pod(
+        kube,
+        "over-kubelet",
+        ["sleep", "1"],
+        limits={resource: str(over)},
+        node_name=node.name,
+        wait_running=False,
+    ) as name:
+        got = watch_until(
+            kube,
+            Pod,
+            lambda got: got.status is not None and got.status.phase == "Failed",
+            namespace=NAMESPACE,
+            fields={"metadata.name": name},
+        )
+    # The device manager admits first (its Allocate is the topology manager's admit
+    # handler, before the resource-fit predicate), as the kubelet's log says: "Pod admission
+    # denied" reason="UnexpectedAdmissionError" message="Allocate failed due to requested
+    # number of devices unavailable for <resource>. Requested: N, Available: M, which is
+    # unexpected" (kubernetes pkg/kubelet/cm/devicemanager/manager.go devicesToAllocate).
+    assert got.status.reason == "UnexpectedAdmissionError"
+    expected = f"devices unavailable for {resource}. Requested: {over}, Available: {over - 1}"
+    assert expected in got.status.message
 
 
 @pytest.fixture
