@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -355,11 +356,13 @@ class Node:
                 shutil.copytree(source, into / source.name, dirs_exist_ok=True, symlinks=True)
 
     def stop_all(self) -> None:
-        self.stop("kubelet")
-        self.kill_containers()
-        self.stop("containerd")
-        for name in reversed(CONTROL_PLANE):
-            self.stop(name)
+        stops = [functools.partial(self.stop, name) for name in reversed(CONTROL_PLANE)]
+        each(
+            lambda: self.stop("kubelet"),
+            self.kill_containers,
+            lambda: self.stop("containerd"),
+            *stops,
+        )
 
     # -- internals --------------------------------------------------------------------------
 
@@ -462,12 +465,25 @@ def running_node(
             node.await_kubelet()
             yield node
         finally:
-            node.stop_all()
-            if logs is not None:
-                node.keep_logs(logs)
-            if entered is not None:
-                entered.leave()
-            clean_machine(node.paths.containerd_socket)
+            # Every step, whatever failed before: a node left running would hold the machine.
+            each(
+                node.stop_all,
+                lambda: node.keep_logs(logs) if logs is not None else None,
+                lambda: entered.leave() if entered is not None else None,
+                lambda: clean_machine(node.paths.containerd_socket),
+            )
+
+
+def each(*steps: Callable[[], object]) -> None:
+    """Run every step even when one fails; then raise the first failure."""
+    failures: list[Exception] = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # collected: raised once the rest ran
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def _now() -> datetime.datetime:

@@ -133,8 +133,8 @@ def _pod_cgroup_dirs() -> list[Path]:
         tops.append(CGROUP_ROOT / POD_CGROUP)
     found: list[Path] = []
     for top in tops:
-        found.extend(p for p in top.rglob("*") if p.is_dir())
-        found.append(top)
+        # os.walk skips what vanishes under it: the kubelet removes pod cgroups meanwhile.
+        found.extend(Path(d) for d, _, _ in os.walk(top))
     return sorted(found, key=lambda p: -len(p.parts))
 
 

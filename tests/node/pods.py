@@ -14,13 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tests.node.images import TEST_IMAGE
-from tests.node.watch import await_deleted, watch_until
+from tests.node.watch import WAIT_BOUND, await_deleted, watch_until
 
 if TYPE_CHECKING:
     from lightkube import Client
 
 NAMESPACE = "default"
 END = "END"
+LOG_WITHIN = 60.0
 _serial = itertools.count()
 
 # Prints the device nodes under /dev (not the runtime's defaults) and the environment,
@@ -76,7 +77,7 @@ def run_pod(
     command: Sequence[str],
     *,
     wait_running: bool = True,
-    within: float | None = None,
+    within: float = WAIT_BOUND,
     **request: Any,
 ) -> str:
     """Create a pod (a name of its own, starting with ``prefix``); await it running."""
@@ -124,7 +125,7 @@ def run_replica_set(kube: Client, prefix: str, command: Sequence[str], **request
     return name
 
 
-def await_replica(kube: Client, owner: str, done: Any, within: float | None = None) -> Any:
+def await_replica(kube: Client, owner: str, done: Any, within: float = WAIT_BOUND) -> Any:
     """A pod of the ReplicaSet ``owner`` once ``done(pod)`` holds."""
     from lightkube.resources.core_v1 import Pod
 
@@ -147,11 +148,9 @@ def running(pod: Any) -> bool:
     return pod.status is not None and pod.status.phase in ("Running", "Succeeded")
 
 
-def await_pod(kube: Client, name: str, done: Any, within: float | None = None) -> Any:
-    """The pod once ``done(pod)`` holds; a failed pod ends the wait with its status.
-
-    No deadline of its own: the suite's per-test timeout (conftest) bounds a stuck one.
-    """
+def await_pod(kube: Client, name: str, done: Any, within: float = WAIT_BOUND) -> Any:
+    """The pod once ``done(pod)`` holds; a failed pod, or ``within`` seconds, ends the
+    wait with its status."""
     from lightkube.resources.core_v1 import Pod
 
     def finished(pod: Any) -> bool:
@@ -175,11 +174,13 @@ def pod_log(kube: Client, name: str) -> str:
     followed log of a pod that keeps running, abandoned at END, left lightkube's
     connection pool stuck (the next request on it never got its response headers).
     """
+    deadline = time.monotonic() + LOG_WITHIN
     while True:
         log = "".join(kube.log(name, namespace=NAMESPACE))
         lines = log.splitlines(keepends=True)
         if f"{END}\n" in lines:
             return "".join(lines[: lines.index(f"{END}\n")])
+        assert time.monotonic() < deadline, f"pod {name} printed no {END} in {LOG_WITHIN} s: {log}"
         time.sleep(0.2)  # printed within milliseconds of the container's start
 
 

@@ -1,12 +1,19 @@
 """Node-life scenarios on the real node: running pods keep their devices, new pods get theirs.
 
-Each scenario starts pods that hold devices (device plugin: a generic device and a
-simulated GPU; DRA: a generic device through a claim), does to the node what happens to
-nodes, then checks the holders and starts new pods. The DRA side of the kubelet restart
-is issue 25's first finding: the kubelet wipes the node's slices at start and the driver
-puts them back. Not here yet: the reboot (the device-plugin side failed: a holder started
-after the chart-upgrade scenario was rejected "no healthy devices"), the DRA side of the
-other scenarios and a device unplugged under a pod (docs/node-tests.md).
+Each scenario starts workloads that hold devices (ReplicaSets of one pod; device plugin:
+a generic device and a simulated GPU; DRA: a generic device through a claim), does to
+the node what happens to nodes, then checks the holders and starts new pods:
+
+- kubelet restart: the holders run on; in DRA the kubelet wipes the node's slices at
+  start and the driver puts them back (issue 25);
+- the plugin pods deleted (their DaemonSets recreate them), a chart upgrade with a changed
+  pod template (a rollout): the holders run on;
+- a reboot (every container, mount and /run file gone, /var/run/cdi emptied): a DRA holder
+  restarts in the same pod with the same device, its CDI spec rewritten by our driver; the
+  kubelet rejects a device-plugin holder before any plugin is back (see Outcome.REPLACED)
+  and its ReplicaSet replaces it;
+- a device unplugged under its holder: it leaves allocatable (the slices, in DRA), the
+  holder runs on, a new pod gets another device, and it comes back when plugged in.
 """
 
 from __future__ import annotations

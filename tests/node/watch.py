@@ -11,11 +11,16 @@ if TYPE_CHECKING:
     from lightkube import Client
 
 
+# Every wait of the suite ends on an event; this bounds one that never comes, so that a
+# stuck test fails in minutes with what it waited for instead of eating the CI budget.
+WAIT_BOUND = 180.0
+
+
 def watch_until(
     kube: Client,
     resource: Any,
     done: Callable[[Any], bool],
-    within: float | None = None,
+    within: float | None = WAIT_BOUND,
     **selector: Any,
 ) -> Any:
     """The first object ``done`` accepts among the watch's events (the listing first).
@@ -25,12 +30,11 @@ def watch_until(
     to catch up with etcd. A watch that lightkube resumes may still meet "Too large
     resource version" (504) from a cache that lags behind the version it last sent; that
     only means start again.
-    Without ``within`` it has no deadline of its own (the suite's per-test timeout bounds
-    a stuck wait); with it, AssertionError after that many seconds, for the waits whose
-    bound is the point (an outcome that may never come, e.g. issue 25's).
+    AssertionError after ``within`` seconds (None: no bound of its own).
     """
     if within is not None:
-        return _bounded(within, lambda: watch_until(kube, resource, done, **selector))
+        what = f"{resource.__name__} {selector}"
+        return _bounded(within, what, lambda: watch_until(kube, resource, done, None, **selector))
     from lightkube import ApiError
 
     with _own_client(kube) as watcher:
@@ -46,6 +50,14 @@ def watch_until(
 
 def await_deleted(kube: Client, resource: Any, name: str, namespace: str | None = None) -> None:
     """Return once the object ``name`` is gone (at once if it is not there)."""
+    _bounded(
+        WAIT_BOUND,
+        f"{resource.__name__} {name} deleted",
+        lambda: _await_deleted(kube, resource, name, namespace),
+    )
+
+
+def _await_deleted(kube: Client, resource: Any, name: str, namespace: str | None) -> None:
     from lightkube import ApiError
 
     selector: dict[str, Any] = {"fields": {"metadata.name": name}}
@@ -80,7 +92,7 @@ def _own_client(kube: Client) -> Iterator[Client]:
         watcher.close()
 
 
-def _bounded(seconds: float, wait: Callable[[], Any]) -> Any:
+def _bounded(seconds: float, what: str, wait: Callable[[], Any]) -> Any:
     # lightkube's watch cannot be interrupted: it runs in a daemon thread that ends with
     # its connection (at the latest when the node's API server stops).
     outcome: list[Any] = []
@@ -97,7 +109,7 @@ def _bounded(seconds: float, wait: Callable[[], Any]) -> Any:
 
     threading.Thread(target=run, daemon=True).start()
     if not finished.wait(seconds):
-        raise AssertionError(f"not within {seconds:.0f} s")
+        raise AssertionError(f"{what}: not within {seconds:.0f} s")
     if failure:
         raise failure[0]
     return outcome[0]
