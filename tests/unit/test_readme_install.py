@@ -104,3 +104,14 @@ def test_migration_section_runs_squats_daemonset_args_unchanged() -> None:
     shown = tuple(container["args"])
     assert len(shown) >= 4
     assert shown == DAEMONSET_CONTAINER_ARGS[: len(shown)]
+
+
+def test_readme_names_every_package_the_node_suite_installs() -> None:
+    joined = CI_RUN.replace("\\\n", " ")
+    node_line = re.findall(r"apt-get install ([^\n>]*)", joined)[1]
+    packages = [w for w in shlex.split(node_line) if not w.startswith("-")]
+    assert "runc" in packages
+    node_paragraph = README[README.index("The real-node suite") :].split("```")[0]
+    named = {word.strip("`;,") for word in node_paragraph.split()}
+    missing = [p for p in packages if p not in named]
+    assert not missing, f"the README's real-node paragraph lacks {missing}"
