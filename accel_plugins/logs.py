@@ -82,3 +82,8 @@ def setup_logging(
     root.setLevel(level.upper())
     # grpc's own loggers are chatty at debug and add nothing operators need.
     logging.getLogger("grpc").setLevel(max(root.level, logging.WARNING))
+    # The API client logs each request at INFO (every slice write, every watch restart):
+    # seen on a real node, a DRA driver's log was mostly these lines. Kept at debug.
+    quiet = logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING
+    for client in ("httpx2", "httpx", "httpcore"):
+        logging.getLogger(client).setLevel(quiet)
