@@ -3,7 +3,7 @@
 No helm binary reaches these machines: the chart is rendered by the Helm v4 SDK (the
 engine helm runs, tests/chart_support.py), then applied the way helm v4 applies a
 release: server-side apply (its default from v4 on), objects in helm's install order
-(kubernetes' kinds in the order of helm's pkg/release/util/kind_sorter.go InstallOrder,
+(kubernetes' kinds in the order of helm's pkg/release/v1/util/kind_sorter.go InstallOrder,
 cluster-wide RBAC before the workloads that use it), each annotated
 ``meta.helm.sh/release-name`` / ``meta.helm.sh/release-namespace`` and labelled
 ``app.kubernetes.io/managed-by: Helm`` (pkg/action/validate.go's setMetadataVisitor). An
@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 
-# helm's InstallOrder (pkg/release/util/kind_sorter.go), the kinds this chart renders in it.
+# helm's InstallOrder (pkg/release/v1/util/kind_sorter.go; PriorityClass first in current
+# helm), the kinds this chart renders, in its order.
 INSTALL_ORDER = (
-    "Namespace",
     "PriorityClass",
+    "Namespace",
     "ServiceAccount",
     "Secret",
     "ConfigMap",
