@@ -65,11 +65,15 @@ def test_a_gpu_pod_gets_nvidias_env_contract(
     assert all(u.startswith("GPU-") for u in uuids)
 
 
-@pytest.mark.parametrize(
+# One more device than the node has, per resource.
+OVER_CAPACITY = pytest.mark.parametrize(
     ("resource", "over"),
     [(GENERIC_RESOURCE, len(DEVICES) + 1), (GPU_RESOURCE, SIMULATED_GPUS + 1)],
     ids=["generic", "nvidia"],
 )
+
+
+@OVER_CAPACITY
 def test_a_pod_over_the_nodes_capacity_stays_pending(
     kube: Client, node: Node, device_plugins: Release, resource: str, over: int
 ) -> None:
@@ -90,11 +94,7 @@ def test_a_pod_over_the_nodes_capacity_stays_pending(
     assert f"Insufficient {resource}" in (scheduled.message or "")
 
 
-@pytest.mark.parametrize(
-    ("resource", "over"),
-    [(GENERIC_RESOURCE, len(DEVICES) + 1), (GPU_RESOURCE, SIMULATED_GPUS + 1)],
-    ids=["generic", "nvidia"],
-)
+@OVER_CAPACITY
 def test_a_pod_bound_past_the_scheduler_over_capacity_is_rejected_by_the_kubelet(
     kube: Client, node: Node, device_plugins: Release, resource: str, over: int
 ) -> None:
