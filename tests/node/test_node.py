@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import tarfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tests.node import host
+from tests.node import host, plugins
+from tests.node.chart import Release
 from tests.node.cluster import NETNS, Node
 from tests.node.pods import END, pod_log, run_pod
 
 if TYPE_CHECKING:
     from lightkube import Client
+
+    from tests.node.conftest import ImageBuild
 
 
 def test_node_registers_ready_at_the_veth_address(node: Node, kube: Client) -> None:
@@ -48,3 +53,38 @@ def test_the_kubelet_set_only_the_sysctls_recorded_for_restore(node: Node) -> No
 def test_a_pod_runs_from_the_imported_test_image(node: Node, kube: Client) -> None:
     pod = run_pod(kube, "hello", ["sh", "-c", f"echo hello from $(cat /proc/1/comm); echo {END}"])
     assert pod_log(kube, pod).strip() == "hello from sh"
+
+
+def archive_digests(archive: Path) -> set[str]:
+    """The manifest and config digests of the image in an OCI archive."""
+    with tarfile.open(archive) as tar:
+
+        def blob(name: str) -> Any:
+            member = tar.extractfile(name)
+            assert member is not None, f"{archive}: no {name}"
+            return json.load(member)
+
+        (manifest,) = blob("index.json")["manifests"]
+        digest = manifest["digest"]
+        config = blob(f"blobs/{digest.replace(':', '/')}")["config"]["digest"]
+    return {digest, config}
+
+
+def test_the_charts_pods_run_the_images_built_from_this_checkout(
+    kube: Client, image_build: ImageBuild, device_plugins: Release, dra_drivers: Release
+) -> None:
+    from lightkube.resources.core_v1 import Pod
+
+    built = {}
+    for line in (image_build.out / "images.txt").read_text().splitlines():
+        archive, image = line.split()
+        built[image] = archive_digests(Path(archive))
+    statuses = []
+    for got in kube.list(Pod, namespace=plugins.NAMESPACE):
+        assert got.status is not None
+        statuses.extend(got.status.containerStatuses or [])
+    assert len(statuses) == 2 * len(built)  # both releases, both backends
+    for status in statuses:
+        assert status.image in built, status.image
+        # The runtime's image ID names the digest of the archive imported this run.
+        assert any(d in status.imageID for d in built[status.image]), status.imageID
