@@ -41,11 +41,14 @@ class FakeClaims:
     claims: dict[str, ResolvedClaim | Exception] = field(default_factory=dict)
     calls: list[ClaimRef] = field(default_factory=list)
 
-    def add(self, uid: str, *devices: tuple[str, str], name: str = "") -> ClaimRef:
-        """A claim allocated ``(request, device)`` pairs of our driver on our node."""
+    def add(
+        self, uid: str, *devices: tuple[str, str], name: str = "", pods: tuple[str, ...] = ()
+    ) -> ClaimRef:
+        """A claim allocated ``(request, device)`` pairs of our driver on our node, reserved
+        for ``pods``."""
         ref = ClaimRef(uid=uid, namespace="default", name=name or f"claim-{uid}")
         self.claims[uid] = ResolvedClaim(
-            ref, tuple(AllocatedDevice(r, DRIVER, NODE, d) for r, d in devices)
+            ref, tuple(AllocatedDevice(r, DRIVER, NODE, d) for r, d in devices), consumers=pods
         )
         return ref
 

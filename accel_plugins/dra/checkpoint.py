@@ -46,13 +46,15 @@ class PreparedDevice:
 
 @dataclass(frozen=True)
 class PreparedClaim:
-    """A prepared claim: its devices, its CDI spec file (None when it needs none) and
-    that file's text (None in a checkpoint written before it was recorded)."""
+    """A prepared claim: its devices, its CDI spec file (None when it needs none),
+    that file's text and the claim's pods (None and none in a checkpoint written before
+    they were recorded)."""
 
     ref: ClaimRef
     devices: tuple[PreparedDevice, ...]
     spec_file: str | None
     spec_text: str | None = None
+    consumers: tuple[str, ...] = ()  # the pods it was reserved for when prepared
 
     @property
     def cdi_ids(self) -> tuple[str, ...]:
@@ -90,6 +92,8 @@ def _claim_json(claim: PreparedClaim) -> dict[str, Any]:
     }
     if claim.spec_text is not None:
         out["cdiSpec"] = json.loads(claim.spec_text)
+    if claim.consumers:
+        out["pods"] = list(claim.consumers)
     return out
 
 
@@ -107,6 +111,7 @@ def _claim_from_json(uid: str, data: Mapping[str, Any]) -> PreparedClaim:
         ),
         None if data.get("specFile") is None else str(data["specFile"]),
         None if data.get("cdiSpec") is None else spec_text(data["cdiSpec"]),
+        tuple(str(p) for p in data.get("pods", ())),
     )
 
 

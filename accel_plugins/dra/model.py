@@ -103,12 +103,14 @@ class OpaqueConfig:
 @dataclass(frozen=True)
 class ResolvedClaim:
     """A claim read from the API server: its allocation results for this driver and pool,
-    and the opaque configs for this driver, in the order they apply (class, then claim;
-    a later one wins)."""
+    the opaque configs for this driver, in the order they apply (class, then claim;
+    a later one wins), and the pods it is reserved for."""
 
     ref: ClaimRef
     devices: tuple[AllocatedDevice, ...]
     configs: tuple[OpaqueConfig, ...] = ()
+    # The pods the claim is reserved for (status.reservedFor): who holds its devices.
+    consumers: tuple[str, ...] = ()
 
 
 class ClaimSource(Protocol):

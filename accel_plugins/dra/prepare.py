@@ -358,7 +358,7 @@ class Preparer:
                     cdi_ids=extra_ids[result.request] if first else (),
                 )
             )
-        return PreparedClaim(ref, tuple(devices), spec_file, spec_text)
+        return PreparedClaim(ref, tuple(devices), spec_file, spec_text, resolved.consumers)
 
     def _check_tolerated(self, result: AllocatedDevice, named: NamedDevice) -> None:
         """An Unhealthy device is prepared only for a claim that tolerates its taint (the

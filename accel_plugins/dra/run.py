@@ -19,6 +19,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from accel_plugins.dra.attribution import ClaimAttribution
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
 from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
@@ -31,7 +32,6 @@ from accel_plugins.metrics.collectors import (
     BackendCollector,
     DeviceCollector,
     HealthReasonCollector,
-    NoAttribution,
 )
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.config_watch import watch_configs
@@ -154,9 +154,12 @@ async def serve_dra(
     claims = kube.KubeClaimSource(client, apis)
     driver = DraDriver(factory, settings, claims, slices, cordons)
     running = driver
-    registry.register(DeviceCollector(lambda: running.tree, NoAttribution()))
+    # Holders from the prepared claims' pods (the kubelet's PodResources API names DRA
+    # devices only behind a feature gate).
+    holders = ClaimAttribution(lambda: running.preparer.prepared, lambda: running.inventory)
+    registry.register(DeviceCollector(lambda: running.tree, holders))
     registry.register(HealthReasonCollector(lambda: running.tree))
-    registry.register(BackendCollector(lambda: running.backend, NoAttribution()))
+    registry.register(BackendCollector(lambda: running.backend, holders))
     if handover is not None:
         registry.register(HandoverCollector(handover.state))
 

@@ -99,9 +99,15 @@ async def make_claim(kube: AsyncClient, namespace: str, device_class: str) -> Cl
     return ClaimRef(uid=created.metadata.uid, namespace=namespace, name=name)
 
 
-async def allocate(kube: AsyncClient, claim: ClaimRef, results: list[dict[str, Any]]) -> None:
-    """What the scheduler writes: the allocation, with a node selector for our node."""
-    status = {
+async def allocate(
+    kube: AsyncClient,
+    claim: ClaimRef,
+    results: list[dict[str, Any]],
+    reserved_for: list[dict[str, str]] | None = None,
+) -> None:
+    """What the scheduler writes: the allocation, with a node selector for our node, and
+    the consumers it reserves the claim for."""
+    status: dict[str, Any] = {
         "status": {
             "allocation": {
                 "devices": {"results": results},
@@ -117,6 +123,8 @@ async def allocate(kube: AsyncClient, claim: ClaimRef, results: list[dict[str, A
             }
         }
     }
+    if reserved_for:
+        status["status"]["reservedFor"] = reserved_for
     await kube.patch(
         resource_types(await served(kube)).ResourceClaimStatus,
         claim.name,
@@ -148,6 +156,26 @@ async def test_allocated_claim_resolves_to_our_devices_only(
     assert resolved.devices == (
         AllocatedDevice(request="gpu", driver=DRIVER, pool=POOL, device=GPU),
     )
+
+
+async def test_the_pods_a_claim_is_reserved_for_come_with_it(
+    kube: AsyncClient, namespace: str, gpu_class: str
+) -> None:
+    """status.reservedFor names the claim's consumers; the pods among them hold its devices
+    (the driver's /metrics names them)."""
+    claim = await make_claim(kube, namespace, gpu_class)
+    consumers = [
+        {"resource": "pods", "name": "trainer-0", "uid": "11111111-1111-1111-1111-111111111111"},
+        {
+            "apiGroup": "example.com",
+            "resource": "pods",  # a resource of another group, though named alike
+            "name": "not-a-pod",
+            "uid": "22222222-2222-2222-2222-222222222222",
+        },
+    ]
+    await allocate(kube, claim, [result("gpu", GPU)], reserved_for=consumers)
+    resolved = await KubeClaimSource(kube).resolve(claim, DRIVER, POOL)
+    assert resolved.consumers == ("trainer-0",)
 
 
 @pytest.mark.parametrize(

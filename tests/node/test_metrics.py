@@ -2,9 +2,10 @@
 
 The chart's pods serve /metrics on the pod network (metrics.port); the suite runs inside
 the node's network namespace, so it reaches them by pod IP as a scraper in the cluster
-would. The plugins name each device's holder (namespace, pod, container) from the
-kubelet's PodResources API (the chart mounts its socket), so a running consumer's pod is
-in its device's series.
+would. Device plugins name each device's holder (namespace, pod, container) from the
+kubelet's PodResources API (the chart mounts its socket); DRA drivers from the prepared
+claims' pods (status.reservedFor; a claim names no container). Either way a running
+consumer's pod is in its device's series.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.metrics_support import Samples, parse, series
-from tests.node import plugins
+from tests.node import dra, plugins
 from tests.node.chart import Release
 from tests.node.kubelet_state import allocations
 from tests.node.pods import NAMESPACE, pod, pod_log, seen_env, show_devices
@@ -78,6 +79,31 @@ def test_a_plugin_pods_metrics_name_the_pod_holding_its_device(
     assert labels["resource"] == resource
     assert (labels["namespace"], labels["container"]) == (NAMESPACE, "main")
     assert series(samples, "accel_plugins_pod_attribution_available") == {(): 1.0}
+    if backend == "nvidia":
+        gpu = _one_gpu_series(samples, name)
+        assert gpu["uuid"] == seen_env(log)["NVIDIA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "device_class", "resource"),
+    [
+        ("generic", dra.GENERIC_CLASS, plugins.GENERIC_RESOURCE),
+        ("nvidia", dra.GPU_CLASS, plugins.GPU_RESOURCE),
+    ],
+)
+def test_a_dra_drivers_metrics_name_the_pod_holding_its_device(
+    kube: Client, dra_drivers: Release, backend: str, device_class: str, resource: str
+) -> None:
+    ip = plugin_pod_ip(kube, dra_drivers, backend)
+    with (
+        dra.claim_template(kube, f"metrics-{backend}", device_class) as template,
+        pod(kube, "claimer", show_devices(), claim_template=template) as name,
+    ):
+        log = pod_log(kube, name)
+        labels = await_holder(ip, "accel_plugins_device_healthy", name)
+        samples = scrape(ip)
+    assert labels["resource"] == resource
+    assert (labels["namespace"], labels["container"]) == (NAMESPACE, "")
     if backend == "nvidia":
         gpu = _one_gpu_series(samples, name)
         assert gpu["uuid"] == seen_env(log)["NVIDIA_VISIBLE_DEVICES"]

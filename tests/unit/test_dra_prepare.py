@@ -171,12 +171,15 @@ def test_settings_refuse(name: str, node: str, problem: str) -> None:
         DraSettings(driver_name=name, node_name=node)
 
 
-def test_checkpoint_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pods", [(), ("trainer-0",)], ids=["no pods", "its pod"])
+def test_checkpoint_round_trip(tmp_path: Path, pods: tuple[str, ...]) -> None:
     claims = FakeClaims()
     ref = claims.add("uid-1", ("r", "card0"))
     checkpoint = Checkpoint(tmp_path / "c.json", DRIVER)
-    claim = PreparedClaim(ref, (), "spec.json")
+    claim = PreparedClaim(ref, (), "spec.json", consumers=pods)
     checkpoint.save({"uid-1": claim})
     assert checkpoint.load() == {"uid-1": claim}
+    saved = json.loads((tmp_path / "c.json").read_text())["claims"]["uid-1"]
+    assert saved.get("pods", []) == list(pods)  # absent when none: older readers agree
     assert json.loads((tmp_path / "c.json").read_text())["version"] == 1
     assert (tmp_path / "c.json").stat().st_mode & 0o777 == 0o600

@@ -50,12 +50,14 @@ class _Read:
     ref: ClaimRef
     results: tuple[AllocatedDevice, ...]
     configs: tuple[tuple[str, OpaqueConfig], ...] = ()
+    consumers: tuple[str, ...] = ()
 
     def resolved(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
         return ResolvedClaim(
             ref=claim,
             devices=tuple(r for r in self.results if r.driver == driver and r.pool == pool),
             configs=tuple(c for d, c in self.configs if d == driver),
+            consumers=self.consumers,
         )
 
 
@@ -143,6 +145,7 @@ class KubeClaimSource:
                 for r in results
             ),
             tuple(configs),
+            _pods(found.status.reservedFor),
         )
         version = found.metadata.resourceVersion if found.metadata else None
         if self._kept > 0 and version:
@@ -205,6 +208,11 @@ class KubeClaimSource:
             log.debug("watch of claim %s/%s ended: %s", claim.namespace, claim.name, exc)
         if self._watches.get(claim.uid) is asyncio.current_task():
             self._forget(claim.uid)
+
+
+def _pods(reserved_for: Any) -> tuple[str, ...]:
+    """The pods among a claim's consumers (status.reservedFor: core-group "pods")."""
+    return tuple(str(c.name) for c in reserved_for or [] if c.resource == "pods" and not c.apiGroup)
 
 
 def _tolerations(result: Any) -> tuple[DeviceToleration, ...]:
