@@ -281,6 +281,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
     ctx = BackendContext(
         options=MappingProxyType({o.dest: getattr(args, o.dest) for o in command.options}),
         in_use=pod_resources.in_use,
+        refresh_in_use=pod_resources.refresh,
         environ=MappingProxyType(dict(os.environ)),
     )
     try:

@@ -16,7 +16,7 @@ the pip extra to install rather than a traceback.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ DEFAULT_DRA_DOMAIN = "accel-plugins.io"
 _FLAG_RE = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
 InUse = Callable[[str], Collection[str] | None]
+RefreshInUse = Callable[[], Awaitable[None]]
 """resource -> IDs of the devices pods hold now, or None when the kubelet cannot say."""
 
 
@@ -89,6 +90,10 @@ class BackendContext:
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # Which devices pods hold, from the kubelet's PodResources API (None: no API).
     in_use: InUse | None = None
+    # Ask the kubelet again now; ``in_use`` answers from what it said. A backend awaits
+    # it before deciding about a device that just vanished: ``in_use`` may answer from a
+    # list taken before a pod got the device.
+    refresh_in_use: RefreshInUse | None = None
     # The environment the process was started with (vendor variables beyond the flags).
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 

@@ -12,6 +12,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
@@ -48,8 +50,9 @@ def factory(host: FakeHost, tmp_path: Path, **kwargs: Any) -> Any:
     models.mkdir(exist_ok=True)
     config = parse_config(textwrap.dedent(CONFIG).replace("MODELS", str(models)), "e2e.yaml")
     in_use = kwargs.pop("in_use", None)
+    refresh = kwargs.pop("refresh_in_use", None)
     settings = host.settings(**kwargs)
-    return lambda: GenericBackend(config, settings, in_use=in_use)
+    return lambda: GenericBackend(config, settings, in_use=in_use, refresh_in_use=refresh)
 
 
 async def test_devices_register_and_allocate(
@@ -225,6 +228,48 @@ async def test_pod_resources_feed_drops_a_vanished_device_once_free(
     await cache.refresh()
     backends[-1].rescan()
     await kubelet.wait_for(lambda k: k.resources[SERIAL].capacity == 0)
+
+
+@pytest.mark.parametrize(
+    ("asks_again", "kept"),
+    [
+        pytest.param(True, True, id="asked again at the vanish: kept Unhealthy for its pod"),
+        pytest.param(False, False, id="the stale list alone: dropped under its pod"),
+    ],
+)
+async def test_a_device_vanishing_soon_after_a_pod_got_it_is_decided_on_a_fresh_list(
+    kubelet: Kubelet,
+    start_manager: StartManager,
+    fake_host: FakeHost,
+    tmp_path: Path,
+    asks_again: bool,
+    kept: bool,
+) -> None:
+    """Seen on the real node (tests/node): the cache's list predated the pod's allocation
+    (it is refreshed when asked, at most every 2 s), so the device its pod held was
+    dropped instead of turning Unhealthy. The backend now asks the kubelet again before
+    deciding about a device that just vanished."""
+    assert kubelet.pod_resources_socket is not None
+    cache = PodResourcesCache(kubelet.pod_resources_socket, max_age=3600)  # never by age
+    fake_host.node("/dev/ttyUSB0")
+    make = factory(
+        fake_host,
+        tmp_path,
+        in_use=cache.in_use,
+        refresh_in_use=cache.refresh if asks_again else None,
+    )
+    await start_manager(make)
+    await kubelet.wait_for_resource(SERIAL, allocatable=1)
+    await cache.refresh()  # the list as it was before the pod
+    assert cache.in_use(SERIAL) == frozenset()
+    (held,) = (await kubelet.allocate("pod", "main", SERIAL, 1)).device_ids
+
+    fake_host.remove("/dev/ttyUSB0")
+    if kept:
+        await kubelet.wait_for(lambda k: k.resources[SERIAL].unhealthy == [held])
+        assert list(kubelet.resources[SERIAL].devices) == [held]
+    else:
+        await kubelet.wait_for(lambda k: k.resources[SERIAL].capacity == 0)
 
 
 async def test_pod_resources_feed_unknown_without_socket(tmp_path: Path) -> None:

@@ -32,12 +32,13 @@ Obj = dict[str, Any]
 def values(node: Node, kubelet_api: str, **generic: Any) -> Obj:
     """Values for this node: the images imported here (never pulled), its devices."""
     # No kube-proxy runs here, so the Service address the kubelet hands pods
-    # (KUBERNETES_SERVICE_HOST) leads nowhere: DRA drivers reach the API server directly.
-    api_env = [
+    # (KUBERNETES_SERVICE_HOST) leads nowhere: the plugins reach the API server directly
+    # (DRA drivers for their slices and claims; both modes for the node's health Events
+    # and cordon annotation).
+    extra_env = [
         {"name": "KUBERNETES_SERVICE_HOST", "value": node.ip},
         {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
     ]
-    extra_env = api_env if kubelet_api == "dra" else []
     return {
         "kubeletApi": kubelet_api,
         "common": {"imageRegistry": "localhost", "logFormat": "text"},

@@ -19,6 +19,7 @@ the node what happens to nodes, then checks the holders and starts new pods:
 from __future__ import annotations
 
 import contextlib
+import datetime
 import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ import pytest
 from tests.node import chart, dra, plugins
 from tests.node.chart import Release
 from tests.node.cluster import DEVICES, Node, make_device
+from tests.node.kubelet_state import allocations
+from tests.node.metrics import await_health_reason, plugin_pod_ip
 from tests.node.pods import (
     NAMESPACE,
     await_pod,
@@ -247,6 +250,11 @@ def test_dra_pods_keep_and_get_devices(
     assert_new_dra_pod_gets_device(kube)
 
 
+def now() -> datetime.datetime:
+    # Event times have whole seconds.
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+
+
 @contextlib.contextmanager
 def unplugged(device: str) -> Iterator[None]:
     """The /dev node gone, as when its hardware is pulled; plugged back after."""
@@ -259,14 +267,43 @@ def unplugged(device: str) -> Iterator[None]:
         make_device(path)
 
 
+def await_health_event(
+    kube: Client, node: Node, reason: str, words: str, since: datetime.datetime
+) -> None:
+    """A plugin's Event on the Node (accel_plugins/plugin/node_events.py) from ``since`` on,
+    e.g. DeviceUnhealthy "<resource> device <id> is Unhealthy: node-vanished ..."."""
+    from lightkube.resources.core_v1 import Event
+
+    watch_until(
+        kube,
+        Event,
+        lambda got: (
+            got.reason == reason
+            and words in (got.message or "")
+            and got.lastTimestamp is not None
+            and got.lastTimestamp >= since
+        ),
+        namespace="default",
+        fields={"involvedObject.kind": "Node", "involvedObject.name": node.name},
+    )
+
+
 def test_a_device_unplugged_under_a_device_plugin_pod(
     kube: Client, node: Node, device_plugins: Release, dp_holders: list[Holder]
 ) -> None:
     holder = dp_holders[0]
     (gone,) = holder.seen
+    resource = plugins.GENERIC_RESOURCE
+    since = now()
     with unplugged(gone):
         # The plugin reports it Unhealthy: the kubelet counts only the healthy ones.
-        plugins.await_allocatable(kube, node, {plugins.GENERIC_RESOURCE: str(len(DEVICES) - 1)})
+        plugins.await_allocatable(kube, node, {resource: str(len(DEVICES) - 1)})
+        # The other channels: this plugin pod's /metrics, an Event on the Node.
+        (device_id,) = allocations(kube, holder.pod, NAMESPACE)[0].device_ids
+        ip = plugin_pod_ip(kube, device_plugins, "generic")
+        (vanished,) = await_health_reason(ip, resource, "node-vanished")
+        assert vanished["device"] == device_id
+        await_health_event(kube, node, "DeviceUnhealthy", f"{resource} device {device_id} ", since)
         with pod(
             kube,
             "new",
@@ -279,6 +316,7 @@ def test_a_device_unplugged_under_a_device_plugin_pod(
         assert gone not in seen
         assert_kept(kube, holder, Outcome.KEPT)  # a pod is never stopped for its device
     plugins.await_allocatable(kube, node, plugins.full_capacity())
+    await_health_event(kube, node, "DeviceHealthy", f"{resource} device {device_id} ", since)
     assert_kept(kube, holder, Outcome.KEPT)
 
 
@@ -286,9 +324,14 @@ def test_a_device_unplugged_under_a_dra_pod(
     kube: Client, node: Node, dra_drivers: Release, dra_holder: Holder
 ) -> None:
     (gone,) = dra_holder.seen
+    since = now()
     with unplugged(gone):
         # Without device taints (off in 1.34) the driver leaves an Unhealthy device out.
         dra.await_slices(kube, node, {dra.GENERIC_DRIVER: len(DEVICES) - 1})
+        ip = plugin_pod_ip(kube, dra_drivers, "generic")
+        (vanished,) = await_health_reason(ip, plugins.GENERIC_RESOURCE, "node-vanished")
+        device_id = vanished["device"]
+        await_health_event(kube, node, "DeviceUnhealthy", f"device {device_id} ", since)
         with (
             dra.claim_template(kube, "new", dra.GENERIC_CLASS) as template,
             pod(
@@ -300,4 +343,5 @@ def test_a_device_unplugged_under_a_dra_pod(
         assert gone not in seen
         assert_kept(kube, dra_holder, Outcome.KEPT)
     dra.await_slices(kube, node, {dra.GENERIC_DRIVER: len(DEVICES)})
+    await_health_event(kube, node, "DeviceHealthy", f"device {device_id} ", since)
     assert_kept(kube, dra_holder, Outcome.KEPT)

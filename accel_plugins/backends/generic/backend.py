@@ -36,6 +36,7 @@ from accel_plugins.plugin.allocation import (
     spans_numa_nodes,
 )
 from accel_plugins.plugin.backend import Publish
+from accel_plugins.plugin.command import RefreshInUse
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 
 if TYPE_CHECKING:
@@ -84,9 +85,11 @@ class GenericBackend:
         settings: GenericSettings | None = None,
         *,
         in_use: InUse | None = None,
+        refresh_in_use: RefreshInUse | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._refresh_in_use = refresh_in_use
         self.settings = settings or GenericSettings()
         host = self._host = HostPaths(self.settings.dev_root, self.settings.sys_root)
         needs_udev = any(g.udev for spec in config.devices for g in spec.groups)
@@ -311,7 +314,11 @@ class GenericBackend:
                 found = await asyncio.to_thread(self.discover)
                 if last is None:
                     self._warn_unmatched(found)
-                # On the loop: the in_use feed reads state owned by the loop.
+                # On the loop: the in_use feed reads state owned by the loop. A device
+                # that just vanished is decided on what the kubelet says now: a list
+                # taken before a pod got it would drop a held device (seen on a node).
+                if self._refresh_in_use is not None and self._vanished.newly_vanished(found):
+                    await self._refresh_in_use()
                 tree = self._vanished.apply(found)
                 self._write_cdi(tree)
                 if tree != last:

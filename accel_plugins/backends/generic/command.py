@@ -109,7 +109,7 @@ def build(ctx: BackendContext) -> BackendFactory:
     """Validate flags and the config file now; the factory re-reads the file (SIGHUP)."""
     from accel_plugins.backends.generic.factory import backend_factory, check_config
 
-    factory = backend_factory(ctx.options, ctx.in_use)
+    factory = backend_factory(ctx.options, ctx.in_use, ctx.refresh_in_use)
     if ctx.options.get("check_config"):
         # Before any socket or port: a dry run of discovery, then the process ends.
         raise SystemExit(check_config(factory))

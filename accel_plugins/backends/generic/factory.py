@@ -25,7 +25,7 @@ from accel_plugins.backends.generic.eventsource import UdevSource
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, domain_problem
 from accel_plugins.errors import ConfigError
 from accel_plugins.flags import env_name
-from accel_plugins.plugin.command import InUse
+from accel_plugins.plugin.command import InUse, RefreshInUse
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,16 @@ def settings_from_options(options: Mapping[str, Any]) -> GenericSettings:
 
 
 def backend_factory(
-    options: Mapping[str, Any], in_use: InUse | None = None
+    options: Mapping[str, Any],
+    in_use: InUse | None = None,
+    refresh_in_use: RefreshInUse | None = None,
 ) -> Callable[[], GenericBackend]:
     """Validate flags and config now; return what builds a backend (again on SIGHUP).
 
     Raises ConfigError for a missing or bad config file or ``--device`` value, so
     the command exits before touching the kubelet. Each later call re-reads the
     file. ``in_use`` tells the backend which devices pods hold (the kubelet's
-    PodResources API).
+    PodResources API), ``refresh_in_use`` asks it again.
 
     squat's precedence (viper, config.go): ``--device`` values replace the file's
     devices; ``--domain`` (or its env twin) wins over the file's ``domain``.
@@ -103,7 +105,12 @@ def backend_factory(
     def factory() -> GenericBackend:
         config = first.pop() if first else load()
         domain = chosen if chosen is not None else config.domain or fallback
-        return GenericBackend(config, replace(settings, domain=domain), in_use=in_use)
+        return GenericBackend(
+            config,
+            replace(settings, domain=domain),
+            in_use=in_use,
+            refresh_in_use=refresh_in_use,
+        )
 
     return factory
 

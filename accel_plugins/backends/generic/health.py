@@ -75,6 +75,14 @@ class VanishedDevices:
         """Vanished devices are being reported; only a later scan can drop them."""
         return bool(self._since)
 
+    def newly_vanished(self, found: Mapping[str, Mapping[str, Device]]) -> bool:
+        """Whether ``found`` lacks a device the last tree had and that is not carried yet."""
+        return any(
+            device_id not in found.get(resource, {}) and (resource, device_id) not in self._since
+            for resource, devices in self._last.items()
+            for device_id in devices
+        )
+
     def apply(self, found: Mapping[str, Mapping[str, Device]]) -> dict[str, dict[str, Device]]:
         """``found`` plus the vanished devices still worth reporting."""
         now = self._clock()
