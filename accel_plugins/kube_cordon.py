@@ -35,10 +35,13 @@ async def follow_annotation(client: AsyncClient, node: str, cordons: Cordons) ->
     from lightkube.resources.core_v1 import Node
 
     delay = BACKOFF_START
+    failing = False  # one WARNING per outage, not one per retry (seen on a real node)
     while True:
         try:
             async for kind, item in client.watch(Node, fields={"metadata.name": node}):
-                delay = BACKOFF_START
+                if failing:
+                    log.info("watching Node %s for %s again", node, ANNOTATION)
+                delay, failing = BACKOFF_START, False
                 annotations = (item.metadata.annotations if item.metadata else None) or {}
                 cordons.set_annotation(None if kind == "DELETED" else annotations.get(ANNOTATION))
             log.info("Node watch for %s ended; watching again", node)
@@ -46,7 +49,9 @@ async def follow_annotation(client: AsyncClient, node: str, cordons: Cordons) ->
             raise
         except Exception as exc:
             # A refusal (RBAC), a dropped connection, 410 Gone: watch again, later.
-            log.warning("watching Node %s for %s failed (will retry): %s", node, ANNOTATION, exc)
+            level = logging.DEBUG if failing else logging.WARNING
+            log.log(level, "watching Node %s for %s failed (will retry): %s", node, ANNOTATION, exc)
+            failing = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX)
 

@@ -8,13 +8,18 @@ taint a cordoned device gets in DRA is the one every Unhealthy device gets
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.allocation import resolve
 from accel_plugins.plugin.cordon import (
+    ANNOTATION,
     CORDON_FILE,
     Cordons,
     apply_cordons,
@@ -187,3 +192,46 @@ TAINT = TaintId("gpu.nvidia.com/unhealthy", "cordoned-rma")
 )
 def test_toleration_matching(toleration: DeviceToleration, tolerated: bool) -> None:
     assert toleration.tolerates(TAINT) is tolerated
+
+
+class _FlakyNodeWatch:
+    """A client whose Node watch fails ``failures`` times, then sends one version."""
+
+    def __init__(self, failures: int, annotation: str) -> None:
+        self.failures = failures
+        self.annotation = annotation
+        self.served = asyncio.Event()
+
+    async def watch(self, resource: object, **selector: object) -> AsyncIterator[tuple[str, Any]]:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("All connection attempts failed")
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import Node
+
+        yield "ADDED", Node(metadata=ObjectMeta(annotations={ANNOTATION: self.annotation}))
+        self.served.set()
+        await asyncio.Event().wait()  # the watch stays open
+
+
+async def test_an_api_server_out_of_reach_is_one_warning_per_outage(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lightkube")
+    from accel_plugins import kube_cordon
+
+    monkeypatch.setattr(kube_cordon, "BACKOFF_START", 0.001)
+    client = _FlakyNodeWatch(failures=4, annotation="gpu-0=fan failing")
+    cordons = Cordons(tmp_path)
+    caplog.set_level(logging.DEBUG, logger="accel_plugins.kube_cordon")
+    task = asyncio.create_task(kube_cordon.follow_annotation(client, "node-a", cordons))  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(client.served.wait(), timeout=10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    failed = [r for r in caplog.records if "failed (will retry)" in r.getMessage()]
+    assert [r.levelno for r in failed] == [logging.WARNING] + [logging.DEBUG] * 3
+    assert any("again" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
+    assert cordons.current == {"gpu-0": "fan failing"}
