@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.node.cluster import DEVICE_PREFIX, Node
+from tests.node.cluster import CDI_RUN_DIR, DEVICE_PREFIX, Node
+from tests.node.files import await_removed
 from tests.node.pods import NAMESPACE
-from tests.node.watch import watch_until
+from tests.node.watch import await_deleted, watch_until
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -88,6 +90,22 @@ def pod_claims(kube: Client, pod: str) -> list[Any]:
         if claim.metadata is not None
         and any(ref.name == pod for ref in (claim.metadata.ownerReferences or []))
     ]
+
+
+def claim_spec(claim: Any, driver: str) -> Path:
+    """The CDI spec our driver writes for a prepared claim (accel_plugins/dra/claim_cdi.py)."""
+    from accel_plugins.dra.claim_cdi import spec_file_name
+
+    return CDI_RUN_DIR / spec_file_name(driver, claim.metadata.uid)
+
+
+def await_released(kube: Client, claim: Any, driver: str) -> None:
+    """The claim deleted with its pod and its CDI spec removed by our driver."""
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    spec = claim_spec(claim, driver)
+    await_deleted(kube, ResourceClaim, claim.metadata.name, namespace=NAMESPACE)
+    assert await_removed(spec), f"{spec} outlived its claim"
 
 
 def allocated_devices(claim: Any) -> list[str]:

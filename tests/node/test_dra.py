@@ -11,17 +11,14 @@ removes the spec.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.node import dra
 from tests.node.chart import Release
-from tests.node.cluster import CDI_RUN_DIR, DEVICES
-from tests.node.files import await_removed
+from tests.node.cluster import DEVICES
 from tests.node.pods import (
-    NAMESPACE,
     delete_pod,
     pod_log,
     run_pod,
@@ -29,16 +26,9 @@ from tests.node.pods import (
     seen_env,
     show_devices,
 )
-from tests.node.watch import await_deleted
 
 if TYPE_CHECKING:
     from lightkube import Client
-
-
-def claim_spec(claim: Any, driver: str) -> Path:
-    from accel_plugins.dra.claim_cdi import spec_file_name
-
-    return CDI_RUN_DIR / spec_file_name(driver, claim.metadata.uid)
 
 
 @pytest.mark.parametrize(
@@ -49,15 +39,13 @@ def claim_spec(claim: Any, driver: str) -> Path:
 def test_a_claim_from_the_charts_device_class_reaches_the_container_through_cdi(
     kube: Client, dra_drivers: Release, device_class: str, driver: str
 ) -> None:
-    from lightkube.resources.resource_v1 import ResourceClaim
-
     with dra.claim_template(kube, f"one-{driver.split('.')[0]}", device_class) as template:
         name = run_pod(kube, "dra", show_devices(), claim_template=template)
         try:
             log = pod_log(kube, name)
             (claim,) = dra.pod_claims(kube, name)
             (allocated,) = dra.allocated_devices(claim)
-            spec = claim_spec(claim, driver)
+            spec = dra.claim_spec(claim, driver)
             assert spec.is_file(), f"no CDI spec {spec} for the prepared claim"
         finally:
             delete_pod(kube, name)
@@ -71,5 +59,4 @@ def test_a_claim_from_the_charts_device_class_reaches_the_container_through_cdi(
             assert len(uuids) == 1
             assert uuids[0].startswith("GPU-")
         # Released: the claim deleted with its pod, its spec removed by our driver.
-        await_deleted(kube, ResourceClaim, claim.metadata.name, namespace=NAMESPACE)
-        assert await_removed(spec), f"{spec} outlived its claim"
+        dra.await_released(kube, claim, driver)

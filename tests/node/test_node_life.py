@@ -119,7 +119,9 @@ def dra_holder(kube: Client, dra_drivers: Release) -> Iterator[Holder]:
     with dra.claim_template(kube, "hold", dra.GENERIC_CLASS) as template:
         holder = hold(kube, "hold-dra", claim_template=template)
         yield holder
+        (claim,) = dra.pod_claims(kube, holder.pod)
         delete_replica_set(kube, holder.owner)
+        dra.await_released(kube, claim, dra.GENERIC_DRIVER)
 
 
 def assert_kept(kube: Client, holder: Holder, outcome: Outcome) -> None:
@@ -173,6 +175,10 @@ def assert_new_dra_pod_gets_device(kube: Client) -> None:
         ) as name,
     ):
         assert len(seen_devices(pod_log(kube, name))) == 1
+        (claim,) = dra.pod_claims(kube, name)
+    # Released after the node's event too (the kubelet retries Unprepare until the
+    # driver is back): the claim goes with its pod, our driver removes its spec.
+    dra.await_released(kube, claim, dra.GENERIC_DRIVER)
 
 
 def restart_kubelet(kube: Client, node: Node, releases: list[Release]) -> None:
