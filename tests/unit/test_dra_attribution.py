@@ -24,6 +24,17 @@ DEVICES = tree(
 )
 
 
+def make_preparer(tmp_path: Path, source: FakeClaims, inventory: Inventory) -> Preparer:
+    return Preparer(
+        driver=DRIVER,
+        pool=NODE,
+        claims=source,
+        cdi_dir=tmp_path / "cdi",
+        checkpoint=Checkpoint(tmp_path / "checkpoint.json", DRIVER),
+        inventory=lambda: inventory,
+    )
+
+
 def pod(name: str) -> PodRef:
     return PodRef("default", name, "")  # a claim names pods, not containers
 
@@ -74,14 +85,7 @@ async def test_holders_are_the_prepared_claims_pods(
     source = FakeClaims()
     refs = [source.add(uid, *devices, pods=pods) for uid, devices, pods in claims]
     inventory = Inventory(device_names(DEVICES))
-    preparer = Preparer(
-        driver=DRIVER,
-        pool=NODE,
-        claims=source,
-        cdi_dir=tmp_path / "cdi",
-        checkpoint=Checkpoint(tmp_path / "checkpoint.json", DRIVER),
-        inventory=lambda: inventory,
-    )
+    preparer = make_preparer(tmp_path, source, inventory)
     prepared = await preparer.prepare(refs)
     assert all(isinstance(p, PreparedClaim) for p in prepared.values())
     holders = ClaimAttribution(lambda: preparer.prepared, lambda: inventory)
@@ -94,14 +98,7 @@ async def test_unprepared_claims_hold_nothing(tmp_path: Path) -> None:
     source = FakeClaims()
     ref = source.add("u1", ("r", "card0"), pods=("train-0",))
     inventory = Inventory(device_names(DEVICES))
-    preparer = Preparer(
-        driver=DRIVER,
-        pool=NODE,
-        claims=source,
-        cdi_dir=tmp_path / "cdi",
-        checkpoint=Checkpoint(tmp_path / "checkpoint.json", DRIVER),
-        inventory=lambda: inventory,
-    )
+    preparer = make_preparer(tmp_path, source, inventory)
     await preparer.prepare([ref])
     await preparer.unprepare([ref])
     assert ClaimAttribution(lambda: preparer.prepared, lambda: inventory).holders_of(CARD) == {}
