@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from accel_plugins.kube_access import optional_client
 from accel_plugins.plugin.cordon import ANNOTATION, Cordons
 
 if TYPE_CHECKING:
@@ -66,24 +67,12 @@ async def node_cordons(
 ) -> AsyncIterator[None]:
     """Follow the annotation while the context lasts (``client`` when given, else one
     made from ``kubeconfig`` or the service account and closed at the end)."""
-    if not node:
-        log.info("no %s annotation watch: --node-name is not set", ANNOTATION)
+    own = client is None
+    if own or not node:  # without a node name nothing is made: one line says so
+        client = optional_client(f"{ANNOTATION} annotation watch", node, kubeconfig, log)
+    if client is None:
         yield
         return
-    own = client is None
-    if client is None:
-        try:
-            from accel_plugins.kubeclient import load_config, make_client
-
-            client = make_client(load_config(kubeconfig))
-        except ModuleNotFoundError as exc:
-            log.info("no %s annotation watch: %s is not installed", ANNOTATION, exc.name)
-            yield
-            return
-        except Exception as exc:
-            log.info("no %s annotation watch: no API access (%s)", ANNOTATION, exc)
-            yield
-            return
     task = asyncio.create_task(follow_annotation(client, node, cordons), name="node cordons")
     try:
         yield

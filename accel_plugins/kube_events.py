@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from accel_plugins.kube_access import optional_client
 from accel_plugins.plugin.health_changes import HealthWatch
 from accel_plugins.plugin.node_events import DEFAULT_PER_MINUTE, NodeEvent, NodeEventSink
 
@@ -95,28 +96,12 @@ async def node_events(
     ``kubeconfig`` or the pod's service account and closed at the end. Yields
     the sink, or None (after one log line) when Events cannot be posted.
     """
-    if not node:
-        log.info("no Node Events for device health: --node-name is not set")
+    own = client is None
+    if own or not node:  # without a node name nothing is made: one line says so
+        client = optional_client("Node Events for device health", node, kubeconfig, log)
+    if client is None:
         yield None
         return
-    own = client is None
-    if client is None:
-        try:
-            from accel_plugins.kubeclient import load_config, make_client
-
-            client = make_client(load_config(kubeconfig))
-        except ModuleNotFoundError as exc:
-            log.info(
-                "no Node Events for device health: %s is not installed "
-                "(pip install 'accel-plugins[dra]')",
-                exc.name,
-            )
-            yield None
-            return
-        except Exception as exc:
-            log.info("no Node Events for device health: no API access (%s)", exc)
-            yield None
-            return
     sink = NodeEventSink(KubeEventPoster(client, node), per_minute=per_minute)
     watch.add_sink(sink)
     task = asyncio.create_task(sink.run(), name="node events")

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -141,32 +141,39 @@ def project_images(node: Node, image_build: ImageBuild) -> list[str]:
 @pytest.fixture(scope="session")
 def device_plugins(kube: Client, node: Node, project_images: list[str]) -> Iterator[Release]:
     """The chart in device-plugin mode, its resources in the node's allocatable."""
-    started = time.monotonic()
-    with (
-        label_for_nvidia(kube, node),
-        installed(kube, "dp", plugins.NAMESPACE, plugins.values(node, "device-plugin")) as release,
-    ):
-        for name in release.daemonsets():
-            plugins.await_rollout(kube, name)
+
+    def ready() -> None:
         plugins.await_allocatable(kube, node, plugins.full_capacity())
-        TIMINGS["device-plugin release to allocatable"] = time.monotonic() - started
+
+    with running_release(kube, node, "dp", "device-plugin", ready) as release:
         yield release
 
 
 @pytest.fixture(scope="session")
 def dra_drivers(kube: Client, node: Node, project_images: list[str]) -> Iterator[Release]:
     """The chart in DRA mode: its drivers running, their ResourceSlices published."""
+
+    def ready() -> None:
+        devices = {dra.GENERIC_DRIVER: 3, dra.GPU_DRIVER: plugins.SIMULATED_GPUS}
+        dra.await_slices(kube, node, devices)
+
+    with running_release(kube, node, "dra", "dra", ready) as release:
+        yield release
+
+
+@contextlib.contextmanager
+def running_release(
+    kube: Client, node: Node, name: str, kubelet_api: str, ready: Callable[[], None]
+) -> Iterator[Release]:
+    """A release of the chart for this node, rolled out and ``ready``; its time recorded."""
     started = time.monotonic()
     with (
         label_for_nvidia(kube, node),
-        installed(kube, "dra", plugins.NAMESPACE, plugins.values(node, "dra")) as release,
+        installed(kube, name, plugins.NAMESPACE, plugins.values(node, kubelet_api)) as release,
     ):
-        for name in release.daemonsets():
-            plugins.await_rollout(kube, name)
-        dra.await_slices(
-            kube, node, {dra.GENERIC_DRIVER: 3, dra.GPU_DRIVER: plugins.SIMULATED_GPUS}
-        )
-        TIMINGS["DRA release to slices"] = time.monotonic() - started
+        plugins.await_release(kube, release)
+        ready()
+        TIMINGS[f"{kubelet_api} release ready"] = time.monotonic() - started
         yield release
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tests.node.chart import Release
 from tests.node.cluster import DEVICE_PREFIX, DEVICES, Node
 from tests.node.watch import watch_until
 
@@ -92,6 +93,12 @@ def await_rollout(kube: Client, name: str, namespace: str = NAMESPACE) -> None:
         )
 
     watch_until(kube, DaemonSet, done, namespace=namespace, fields={"metadata.name": name})
+
+
+def await_release(kube: Client, release: Release) -> None:
+    """Every DaemonSet of the release rolled out on the node."""
+    for name in release.daemonsets():
+        await_rollout(kube, name, release.namespace)
 
 
 def full_capacity() -> dict[str, str]:

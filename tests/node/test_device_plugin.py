@@ -133,8 +133,7 @@ def cdi_strategy(kube: Client, node: Node, device_plugins: Release) -> Iterator[
             yield
             values = plugins.values(node, "device-plugin")
         chart.apply(kube, device_plugins, values)
-        for name in device_plugins.daemonsets():
-            plugins.await_rollout(kube, name)
+        plugins.await_release(kube, device_plugins)
         plugins.await_allocatable(kube, node, plugins.full_capacity())
 
 

@@ -100,8 +100,7 @@ def hold(kube: Client, prefix: str, **request: Any) -> Holder:
 @pytest.fixture
 def dp_holders(kube: Client, node: Node, device_plugins: Release) -> Iterator[list[Holder]]:
     # A scenario before may have rolled the plugins out: start from all of them serving.
-    for name in device_plugins.daemonsets():
-        plugins.await_rollout(kube, name)
+    plugins.await_release(kube, device_plugins)
     plugins.await_allocatable(kube, node, plugins.full_capacity())
     holders = [
         hold(kube, "hold-generic", limits={plugins.GENERIC_RESOURCE: "1"}),
@@ -114,8 +113,7 @@ def dp_holders(kube: Client, node: Node, device_plugins: Release) -> Iterator[li
 
 @pytest.fixture
 def dra_holder(kube: Client, dra_drivers: Release) -> Iterator[Holder]:
-    for name in dra_drivers.daemonsets():
-        plugins.await_rollout(kube, name)
+    plugins.await_release(kube, dra_drivers)
     with dra.claim_template(kube, "hold", dra.GENERIC_CLASS) as template:
         holder = hold(kube, "hold-dra", claim_template=template)
         yield holder
@@ -213,8 +211,7 @@ def upgrade_chart(kube: Client, node: Node, releases: list[Release]) -> None:
             "podAnnotations": {"accel-plugins.io/upgrade": "1"},
         }
         chart.apply(kube, release, values)
-        for name in release.daemonsets():
-            plugins.await_rollout(kube, name)
+        plugins.await_release(kube, release)
 
 
 def reboot(kube: Client, node: Node, releases: list[Release]) -> None:
