@@ -40,6 +40,8 @@ AREAS = {
     "kube_events": "kube_events.py",
     # The cordon annotation's watch (only with API access; the cordon file needs none).
     "kube_cordon": "kube_cordon.py",
+    # The optional API client both of those make (None, saying why, without lightkube).
+    "kube_access": "kube_access.py",
     # The per-node switch's API side: the migrate command, and the DRA slices a device
     # plugin waits on (both need API access; the chart's switch runs the DRA image).
     "migrate": "migrate.py",
@@ -53,6 +55,7 @@ EXTRA_OF = {
     "claim_api": "dra",
     "kube_events": "dra",
     "kube_cordon": "dra",
+    "kube_access": "dra",
     "migrate": "dra",
     "handover_slices": "dra",
 }
