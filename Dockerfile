@@ -23,7 +23,7 @@ RUN --mount=type=secret,id=ca-cert \
 
 # --- install: the wheel with one vendor's extra (its library) into a venv the image copies ---
 # Bytecode is compiled here, since the runtime sets PYTHONDONTWRITEBYTECODE: the modules'
-# (compileall) and the methods their dataclasses generate (accel_plugins.codecache).
+# (compileall) and the methods their dataclasses generate (accel_plugins.util.codecache).
 FROM ${BASE_IMAGE} AS venv
 COPY --from=wheel /wheels /wheels
 RUN python3 -m venv /opt/accel-plugins
@@ -35,7 +35,7 @@ RUN --mount=type=secret,id=ca-cert \
  && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[nvidia,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib \
- && /opt/accel-plugins/bin/python -m accel_plugins.codecache
+ && /opt/accel-plugins/bin/python -m accel_plugins.util.codecache
 
 FROM venv AS venv-generic
 RUN --mount=type=secret,id=ca-cert \
@@ -44,7 +44,7 @@ RUN --mount=type=secret,id=ca-cert \
  && /opt/accel-plugins/bin/pip install --no-cache-dir --no-compile "$1[generic,dra]" \
  && /opt/accel-plugins/bin/pip uninstall --yes pip \
  && /opt/accel-plugins/bin/python -m compileall -q /opt/accel-plugins/lib \
- && /opt/accel-plugins/bin/python -m accel_plugins.codecache
+ && /opt/accel-plugins/bin/python -m accel_plugins.util.codecache
 
 # --- runtime: shared by both vendors (each adds its own venv) ---
 FROM ${BASE_IMAGE} AS runtime

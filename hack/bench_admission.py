@@ -17,10 +17,10 @@ from pathlib import Path
 
 from benchlib import Row, percentile
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, tree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.recorder import NoMetrics
+from accel_plugins.runtime.recorder import NoMetrics
 
 UNIFORM = "bench.example.com/uniform"
 SPREAD = "bench.example.com/spread"

@@ -37,7 +37,7 @@ from pathlib import Path
 import grpc
 from benchlib import Row, cpu_seconds, rss_mb
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOOR_CHILD = """
@@ -62,7 +62,7 @@ asyncio.run(main())
 PRECOMPILE = """
 import compileall, os, accel_plugins
 compileall.compile_dir(os.path.dirname(accel_plugins.__file__), quiet=1)
-from accel_plugins import codecache
+from accel_plugins.util import codecache
 codecache.build()
 """
 # The floor of any process that lists GPUs: the same, with NVML initialised first and
@@ -325,7 +325,7 @@ async def bench_cli(args: argparse.Namespace, workdir: Path) -> list[Row]:
     idle = 5.0 if args.quick else float(args.idle_seconds)
     # Bytecode for the package the console script runs (this checkout when installed
     # editable), as the image has it: its modules' (its Dockerfile runs compileall, as the
-    # floor's site-packages have them) and its dataclass methods' (accel_plugins.codecache).
+    # floor's site-packages have them) and its dataclass methods' (accel_plugins.util.codecache).
     # With PYTHONDONTWRITEBYTECODE set, every start would otherwise compile from source.
     build = await asyncio.create_subprocess_exec(
         sys.executable, "-c", PRECOMPILE, cwd="/", stdout=asyncio.subprocess.DEVNULL

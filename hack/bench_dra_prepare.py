@@ -21,7 +21,7 @@ from bench_admission import UNIFORM, Fixed, allocate_samples
 from benchlib import Row, percentile
 
 from accel_plugins.dra.driver import DraDriver, DraSettings
-from accel_plugins.kubelet.dra import DraClaim, DraClient
+from accel_plugins.kubelet_emulator.dra import DraClaim, DraClient
 
 
 async def prepare_samples(

@@ -45,7 +45,7 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
 
     from accel_plugins.dra.kube import KubeClaimSource, KubeSlicePublisher, make_client
     from accel_plugins.dra.model import ClaimRef
-    from accel_plugins.kubelet.dra import DraClaim
+    from accel_plugins.kubelet_emulator.dra import DraClaim
 
     rounds = 20 if args.quick else 100
     with api_server() as server:

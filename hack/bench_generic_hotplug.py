@@ -39,8 +39,8 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings  # noqa: E402
 from accel_plugins.backends.generic.config import parse_config  # noqa: E402
 from accel_plugins.backends.generic.monitor import UdevSource  # noqa: E402
-from accel_plugins.kubelet import Kubelet  # noqa: E402
-from accel_plugins.plugin.manager import Manager, ManagerSettings  # noqa: E402
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings  # noqa: E402
+from accel_plugins.kubelet_emulator import Kubelet  # noqa: E402
 
 GOAL_MS = 100.0
 RESOURCE = "accel-plugins.io/serial"

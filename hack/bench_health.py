@@ -27,9 +27,9 @@ from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.config.config import NvidiaSettings
 from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.manager import Manager, ManagerSettings
 
 GPU = "nvidia.com/gpu"
 HOTPLUG_GOAL_MS = 100.0

@@ -29,14 +29,14 @@ from accel_plugins.backends.generic.backend import GenericBackend, GenericSettin
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
 from accel_plugins.backends.nvidia.factory import simulated_backend
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manager
 from accel_plugins.plugin.backend import Backend, Publish
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
-from accel_plugins.plugin.lifecycle import PluginStatus
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.podresources import PodResourcesCache
-from accel_plugins.plugin.reloads import ReloadStatus
+from accel_plugins.runtime.podresources import PodResourcesCache
+from accel_plugins.runtime.reload_status import ReloadStatus
+from accel_plugins.runtime.status import PluginStatus
 
 GOAL_MS = 100.0
 DEVICES = 10_000

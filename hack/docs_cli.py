@@ -12,7 +12,7 @@ OWN_BACKENDS = ("nvidia", "generic")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from accel_plugins.cli import build_parser, installed_backends
+    from accel_plugins.cli.main import build_parser, installed_backends
 
     installed = installed_backends(lambda name: name in OWN_BACKENDS)
     backends = {name: b for name, b in installed.items() if name in OWN_BACKENDS}

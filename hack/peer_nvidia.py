@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")

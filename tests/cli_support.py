@@ -22,7 +22,7 @@ async def run_cli_async(*argv: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -12,11 +12,11 @@ import grpc
 import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.deviceplugin.plugin_server import PluginServer
+from accel_plugins.deviceplugin.servicer import DevicePluginServicer
 from accel_plugins.plugin.backend import Backend, Publish
-from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree
-from accel_plugins.plugin.server import PluginServer
-from accel_plugins.plugin.servicer import DevicePluginServicer
+from accel_plugins.runtime.capabilities import Capabilities
 from accel_plugins.testing import ServedBackend, short_tempdir
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.kubelet import DeviceState, Kubelet, PluginOptions
-from accel_plugins.kubelet.client import unix_target
+from accel_plugins.kubelet_emulator import DeviceState, Kubelet, PluginOptions
+from accel_plugins.kubelet_emulator.client import unix_target
 
 RESOURCE = "example.com/widget"
 NO_OPTIONS = PluginOptions()

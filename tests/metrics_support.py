@@ -2,7 +2,7 @@
 
 ``MetricsNode`` runs a Manager with the Prometheus recorder and every
 scrape-time collector in a registry of its own, plus the HTTP server on an
-ephemeral port, exactly as ``accel_plugins.cli.serve`` wires them.
+ephemeral port, exactly as ``accel_plugins.cli.main.serve`` wires them.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import Any, Self
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
 from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manager
 from accel_plugins.plugin.backend import Backend
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.podresources import PodResourcesCache
+from accel_plugins.runtime.podresources import PodResourcesCache
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]

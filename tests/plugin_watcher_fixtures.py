@@ -13,8 +13,8 @@ import pytest
 
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.client import unix_target
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.client import unix_target
 from accel_plugins.testing import short_tempdir
 
 Status = tuple[bool, str]

@@ -43,9 +43,9 @@ from typing import Any
 from accel_plugins.backends.generic.backend import GenericBackend, GenericSettings
 from accel_plugins.backends.generic.config import GenericConfig, parse_config
 from accel_plugins.backends.generic.monitor import UdevSource
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
 from accel_plugins.plugin.backend import Backend, Publish
 from accel_plugins.plugin.device import Device, DeviceTree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
 
 # python3-gi is Debian's, built for the system Python 3.11; its C extension
 # loads in any CPython 3.11, so borrow it rather than build PyGObject.

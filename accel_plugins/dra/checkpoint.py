@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_plugins.dra.model import ClaimRef
-from accel_plugins.fsutil import atomic_write_text
+from accel_plugins.util.fsutil import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import contextlib
 import re
 from pathlib import Path
 
-from accel_plugins.fsutil import atomic_write_text
 from accel_plugins.plugin.cdi import CdiMount, ContainerEdits, qualified_name
 from accel_plugins.plugin.device import ContainerAllocation
+from accel_plugins.util.fsutil import atomic_write_text
 
 CLAIM_CLASS = "claim"
 # CDI device names: letters, digits and "_.:-", starting with a letter or digit.

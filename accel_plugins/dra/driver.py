@@ -29,32 +29,26 @@ from pathlib import Path
 
 from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
-from accel_plugins.dra.model import (
-    ClaimSource,
-    SlicePublisher,
-    device_names,
-    dra_device_name,
-    with_shared_units,
-)
+from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
-from accel_plugins.dra.registration import DraRegistrationServicer, registration_socket_name
+from accel_plugins.dra.registration_socket import DraRegistrationServicer, registration_socket_name
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
-from accel_plugins.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
-from accel_plugins.plugin.cordon import Cordons
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_config import DraConfigAllocator
-from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer, TaintId, taint_of
-from accel_plugins.plugin.health_changes import HealthWatch, all_unhealthy
-from accel_plugins.plugin.plugin_watcher import RegistrationServer
-from accel_plugins.plugin.registration import DEFAULT_PLUGINS_REGISTRY_DIR, Backoff
-from accel_plugins.plugin.server import ServeError
-from accel_plugins.plugin.snapshot import check_snapshot
-from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+from accel_plugins.runtime.backoff import Backoff
+from accel_plugins.runtime.cordon import Cordons
+from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
+from accel_plugins.runtime.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, RegistrationServer
+from accel_plugins.runtime.server import ServeError
+from accel_plugins.runtime.snapshot import check_snapshot
+from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
+from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
 

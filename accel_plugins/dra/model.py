@@ -13,7 +13,6 @@ claim's allocation result leads back to the device the backend published.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Mapping
@@ -22,34 +21,17 @@ from typing import Protocol
 
 from accel_plugins.errors import AccelPluginsError
 from accel_plugins.plugin.device import Device, DeviceTree
-from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DeviceToleration
 
 log = logging.getLogger(__name__)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_NOT_LABEL_CHARS = re.compile(r"[^a-z0-9-]+")
-_HASH_LEN = 8
 
 
 class ClaimError(AccelPluginsError):
     """One claim cannot be prepared; its message goes in that claim's ``error``."""
-
-
-def dra_device_name(device_id: str) -> str:
-    """A DNS label naming ``device_id`` in ResourceSlices and allocation results.
-
-    An ID that already is a label is kept. Otherwise it is lowercased, runs of
-    other characters become ``-``, and a short hash of the original ID is
-    appended, so two IDs that differ only in case or punctuation stay apart.
-    """
-    if _DNS_LABEL.match(device_id):
-        return device_id
-    digest = hashlib.sha256(device_id.encode()).hexdigest()[:_HASH_LEN]
-    stem = _NOT_LABEL_CHARS.sub("-", device_id.lower()).strip("-")
-    stem = stem[: 63 - _HASH_LEN - 1].rstrip("-")
-    return f"{stem}-{digest}" if stem else f"d-{digest}"
 
 
 @dataclass(frozen=True)

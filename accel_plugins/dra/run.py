@@ -21,26 +21,25 @@ from prometheus_client import CollectorRegistry
 
 from accel_plugins.dra.attribution import ClaimAttribution
 from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
-from accel_plugins.dra.model import dra_device_name
 from accel_plugins.errors import AccelPluginsError, ConfigError
-from accel_plugins.handover.metrics import HandoverCollector
-from accel_plugins.handover.model import SwitchSettings
-from accel_plugins.handover.wait import Handover, await_handover
-from accel_plugins.kube_cordon import node_cordons
-from accel_plugins.kube_events import node_events
+from accel_plugins.kube.cordon import node_cordons
+from accel_plugins.kube.events import node_events
 from accel_plugins.metrics.collectors import (
     BackendCollector,
     DeviceCollector,
     HealthReasonCollector,
 )
 from accel_plugins.metrics.server import MetricsServer
-from accel_plugins.plugin.config_watch import watch_configs
-from accel_plugins.plugin.cordon import Cordons
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
-from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
+from accel_plugins.runtime.config_watch import watch_configs
+from accel_plugins.runtime.cordon import Cordons
+from accel_plugins.switch.metrics import HandoverCollector
+from accel_plugins.switch.model import SwitchSettings
+from accel_plugins.switch.wait import Handover, await_handover
 
 log = logging.getLogger(__name__)
 

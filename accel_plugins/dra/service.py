@@ -29,7 +29,7 @@ from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.health import DeviceHealthState, HealthFeed
 from accel_plugins.dra.model import ClaimRef
 from accel_plugins.dra.prepare import Preparer
-from accel_plugins.plugin.server import SocketServer
+from accel_plugins.runtime.server import SocketServer
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.model import ClaimError
 from accel_plugins.plugin.backend import CdiSpecKeeper
-from accel_plugins.plugin.cdi_defined import DefinedDevices
+from accel_plugins.runtime.cdi_defined import DefinedDevices
 
 log = logging.getLogger(__name__)
 

@@ -1,73 +1,8 @@
-"""An emulation of the kubelet's device manager and a client for plugin sockets.
+"""The kubelet emulator's earlier import path, kept so code written against it runs as before.
 
-It speaks only the public device plugin API (v1beta1) and never imports the
-plugin framework or a backend, so it can face any vendor's plugin. DRA drivers
-its plugin watcher finds are registered in ``Kubelet.dra`` and called through
-:class:`DraClient` (the kubelet's DRA plugin API, v1 and v1beta1).
+The emulator lives in :mod:`accel_plugins.kubelet_emulator`; new code imports it from
+there. This package holds nothing else and nothing in ``accel_plugins`` imports it.
 """
 
-from accel_plugins.kubelet.allocation import AllocationRecord
-from accel_plugins.kubelet.client import PluginClient
-from accel_plugins.kubelet.dra import (
-    DraClaim,
-    DraClaimResult,
-    DraClient,
-    DraDevice,
-    DraDeviceHealth,
-    DraDrivers,
-)
-from accel_plugins.kubelet.emulator import Kubelet, serve
-from accel_plugins.kubelet.errors import (
-    AllocationConflictError,
-    CheckpointError,
-    InsufficientDevicesError,
-    InvalidPluginAnswerError,
-    KubeletError,
-    PluginCallError,
-    ResourceUnavailableError,
-    UnknownResourceError,
-)
-from accel_plugins.kubelet.model import (
-    HEALTHY,
-    UNHEALTHY,
-    ContainerResponse,
-    DeviceSpec,
-    DeviceState,
-    MountSpec,
-    PluginOptions,
-)
-from accel_plugins.kubelet.names import SUPPORTED_VERSIONS
-from accel_plugins.kubelet.registration import Registration, Rejection
-from accel_plugins.kubelet.state import ResourceView
-
-__all__ = [
-    "HEALTHY",
-    "SUPPORTED_VERSIONS",
-    "UNHEALTHY",
-    "AllocationConflictError",
-    "AllocationRecord",
-    "CheckpointError",
-    "ContainerResponse",
-    "DeviceSpec",
-    "DeviceState",
-    "DraClaim",
-    "DraClaimResult",
-    "DraClient",
-    "DraDevice",
-    "DraDeviceHealth",
-    "DraDrivers",
-    "InsufficientDevicesError",
-    "InvalidPluginAnswerError",
-    "Kubelet",
-    "KubeletError",
-    "MountSpec",
-    "PluginCallError",
-    "PluginClient",
-    "PluginOptions",
-    "Registration",
-    "Rejection",
-    "ResourceUnavailableError",
-    "ResourceView",
-    "UnknownResourceError",
-    "serve",
-]
+from accel_plugins.kubelet_emulator import *  # noqa: F403
+from accel_plugins.kubelet_emulator import __all__ as __all__

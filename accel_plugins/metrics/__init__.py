@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accel_plugins.lazyattrs import lazy_getattr
+from accel_plugins.util.lazyattrs import lazy_getattr
 
 if TYPE_CHECKING:
     from accel_plugins.metrics.address import (
@@ -36,12 +36,11 @@ if TYPE_CHECKING:
         StatusSource,
     )
     from accel_plugins.metrics.exposition import CONTENT_TYPE, render
-    from accel_plugins.metrics.recorder import PrometheusMetrics
-    from accel_plugins.metrics.reloads import ReloadCollector
+    from accel_plugins.metrics.plugin_metrics import PrometheusMetrics
+    from accel_plugins.metrics.reload_series import ReloadCollector
     from accel_plugins.metrics.server import HealthCheck, MetricsServer, status_health
     from accel_plugins.metrics.wiring import (
         ManagerView,
-        instrumented_manager,
         metrics_server,
         new_registry,
         watch_manager,
@@ -61,13 +60,12 @@ _WHERE = {
     "StatusSource": "collectors",
     "CONTENT_TYPE": "exposition",
     "render": "exposition",
-    "PrometheusMetrics": "recorder",
-    "ReloadCollector": "reloads",
+    "PrometheusMetrics": "plugin_metrics",
+    "ReloadCollector": "reload_series",
     "HealthCheck": "server",
     "MetricsServer": "server",
     "status_health": "server",
     "ManagerView": "wiring",
-    "instrumented_manager": "wiring",
     "metrics_server": "wiring",
     "new_registry": "wiring",
     "watch_manager": "wiring",
@@ -90,7 +88,6 @@ __all__ = [
     "PrometheusMetrics",
     "ReloadCollector",
     "StatusSource",
-    "instrumented_manager",
     "metrics_server",
     "new_registry",
     "parse_address",

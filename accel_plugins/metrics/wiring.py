@@ -1,8 +1,12 @@
-"""A plugin process's metrics wiring: recorder, scrape-time collectors, the server."""
+"""A plugin process's metrics wiring: recorder, scrape-time collectors, the server.
+
+It reads the device-plugin manager through :class:`ManagerView` only; the mode's own
+``accel_plugins.deviceplugin.instrumented`` builds a manager with all of it at once.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -17,20 +21,18 @@ from accel_plugins.metrics.collectors import (
     PluginCollector,
     StatusSource,
 )
-from accel_plugins.metrics.recorder import PrometheusMetrics
-from accel_plugins.metrics.reloads import ReloadCollector
+from accel_plugins.metrics.plugin_metrics import PrometheusMetrics
+from accel_plugins.metrics.reload_series import ReloadCollector
 from accel_plugins.metrics.server import MetricsServer
-from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.device import DeviceTree
-from accel_plugins.plugin.lifecycle import PluginStatus
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.podresources import PodResourcesCache
-from accel_plugins.plugin.recorder import DeferredMetrics
-from accel_plugins.plugin.reloads import ReloadStatus
+from accel_plugins.runtime.podresources import PodResourcesCache
+from accel_plugins.runtime.recorder import DeferredMetrics
+from accel_plugins.runtime.reload_status import ReloadStatus
+from accel_plugins.runtime.status import PluginStatus
 
 
 class ManagerView(Protocol):
-    """What the collectors read from a running :class:`~accel_plugins.plugin.manager.Manager`."""
+    """What the collectors read from a running device-plugin ``Manager``."""
 
     def status(self) -> Mapping[str, PluginStatus]: ...
 
@@ -42,6 +44,8 @@ class ManagerView(Protocol):
 
     @property
     def reload_status(self) -> ReloadStatus: ...
+
+    async def problems(self, timeout: float = 1.0) -> list[str]: ...
 
 
 def new_registry(status: StatusSource, node_name: str = "") -> CollectorRegistry:
@@ -67,7 +71,7 @@ def watch_manager(
 
 
 def metrics_server(
-    manager: Manager,
+    manager: ManagerView,
     recorder: DeferredMetrics | None = None,
     pod_resources: PodResourcesCache | None = None,
     node_name: str = "",
@@ -75,7 +79,7 @@ def metrics_server(
 ) -> MetricsServer:
     """The metrics of a running ``manager``, served by the returned (unstarted) server.
 
-    ``recorder``, the manager's :class:`~accel_plugins.plugin.recorder.DeferredMetrics`,
+    ``recorder``, the manager's :class:`~accel_plugins.runtime.recorder.DeferredMetrics`,
     gets the Prometheus recorder and replays what it held; ``pod_resources``
     (when given) names the pods on device and GPU series and is refreshed by
     scrapes; ``node_name`` labels the build info; ``extra`` collectors join them.
@@ -92,20 +96,3 @@ def metrics_server(
         notes=lambda: [note] if (note := manager.reload_status.note()) else [],
         before_scrape=[pod_resources.touch] if pod_resources is not None else [],
     )
-
-
-def instrumented_manager(
-    factory: Callable[[], Backend],
-    settings: ManagerSettings,
-    pod_resources: PodResourcesCache | None = None,
-    node_name: str = "",
-) -> tuple[Manager, MetricsServer]:
-    """A manager whose events and state land in a registry of its own, and the server for it.
-
-    Everything at once, for callers that start metrics before the manager (the
-    demo, benchmarks); ``accel-plugins <backend>`` registers first and calls
-    :func:`metrics_server` once the kubelet has the devices.
-    """
-    recorder = DeferredMetrics()
-    manager = Manager(factory, settings, metrics=recorder)
-    return manager, metrics_server(manager, recorder, pod_resources, node_name)

@@ -20,7 +20,6 @@ from accel_plugins.errors import (
     HookError,
     InvalidSnapshotError,
 )
-from accel_plugins.lazyattrs import lazy_getattr
 from accel_plugins.plugin.allocation import (
     check_preferred_request,
     natural_key,
@@ -58,6 +57,7 @@ from accel_plugins.plugin.device import (
     tree,
 )
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
+from accel_plugins.util.lazyattrs import lazy_getattr
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.cdi import (

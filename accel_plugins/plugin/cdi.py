@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel_plugins.fsutil import atomic_write_text
 from accel_plugins.plugin.device import Device, DeviceNode
+from accel_plugins.util.fsutil import atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from accel_plugins.flags import env_name
+from accel_plugins.util.flags import env_name
 
 if TYPE_CHECKING:
     from accel_plugins.plugin.backend import Backend
@@ -44,7 +44,7 @@ class Option:
     Its value is read from the command line, else from ``ACCEL_PLUGINS_<FLAG>``,
     else from the extra ``env`` names (vendor spellings such as ``MIG_STRATEGY``),
     else ``default``. ``type`` converts the text (raise ValueError to refuse it;
-    its message is shown); :func:`accel_plugins.flags.parse_bool` makes a
+    its message is shown); :func:`accel_plugins.util.flags.parse_bool` makes a
     boolean flag that also works bare (``--pass-device-specs``). ``choices``
     are compared with the converted value.
     """

@@ -9,7 +9,7 @@ point, so in any project that has ``accel-plugins`` installed a test can ask for
 ``accel_plugin_dir``
     a short empty directory under /tmp (unix socket paths are limited to 107 bytes).
 ``accel_kubelet``
-    the kubelet emulator (:class:`accel_plugins.kubelet.Kubelet`) started on
+    the kubelet emulator (:class:`accel_plugins.kubelet_emulator.Kubelet`) started on
     ``accel_plugin_dir``; ``accel_kubelet_events`` lists what it reported.
 ``accel_serve``
     ``await accel_serve(backend_or_factory, **manager_settings)``: the backend run by
@@ -34,7 +34,7 @@ import pytest
 from accel_plugins.testing.host import FakeHost
 
 if TYPE_CHECKING:
-    from accel_plugins.kubelet import Kubelet
+    from accel_plugins.kubelet_emulator import Kubelet
     from accel_plugins.plugin.backend import Backend
     from accel_plugins.testing.serve import ServeBackend, ServedBackend
 

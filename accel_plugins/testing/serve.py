@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from accel_plugins.kubelet import AllocationRecord, Kubelet, ResourceView
-from accel_plugins.kubelet.emulator import EventSink
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+from accel_plugins.kubelet_emulator import AllocationRecord, Kubelet, ResourceView
+from accel_plugins.kubelet_emulator.emulator import EventSink
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, InUse
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.recorder import NoMetrics
+from accel_plugins.runtime.recorder import NoMetrics
 
 if TYPE_CHECKING:
     from accel_plugins.metrics.server import MetricsServer

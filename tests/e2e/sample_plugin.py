@@ -11,12 +11,12 @@ import json
 import sys
 from pathlib import Path
 
-from accel_plugins.cli import serve
+from accel_plugins.cli.main import serve
+from accel_plugins.deviceplugin.manager import ManagerSettings
 from accel_plugins.errors import ConfigError
-from accel_plugins.logs import setup_logging
 from accel_plugins.metrics import parse_address
 from accel_plugins.plugin.device import Device, tree
-from accel_plugins.plugin.manager import ManagerSettings
+from accel_plugins.util.logs import setup_logging
 from tests.framework_fixtures import ScriptedBackend
 
 

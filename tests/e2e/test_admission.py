@@ -12,10 +12,10 @@ import textwrap
 import grpc
 import pytest
 
-from accel_plugins.kubelet import Kubelet, PluginOptions, checkpoint
-from accel_plugins.kubelet.admission import PodAdmitter, render_admission
-from accel_plugins.kubelet.podspec import PodSpec, parse_pods
-from accel_plugins.kubelet.topology import BEST_EFFORT, NONE, RESTRICTED, SINGLE_NUMA_NODE
+from accel_plugins.kubelet_emulator import Kubelet, PluginOptions, checkpoint
+from accel_plugins.kubelet_emulator.admission import PodAdmitter, render_admission
+from accel_plugins.kubelet_emulator.podspec import PodSpec, parse_pods
+from accel_plugins.kubelet_emulator.topology import BEST_EFFORT, NONE, RESTRICTED, SINGLE_NUMA_NODE
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
 
 PRE_START = PluginOptions(pre_start_required=True)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.factory import backend_factory
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.errors import PluginCallError
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.errors import PluginCallError
 from accel_plugins.plugin.backend import Backend
 from tests.e2e.test_generic_plugin import SERIAL
 from tests.e2e.test_generic_plugin import factory as generic_factory

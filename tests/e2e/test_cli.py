@@ -13,7 +13,7 @@ import grpc
 from accel_plugins import __version__
 from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, tree
 from tests.cli_support import run_cli
 from tests.framework_fixtures import ScriptedBackend, StartManager
@@ -87,7 +87,7 @@ async def test_kubelet_subcommand_serves_registration(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "kubelet",
         "--plugin-dir",
         str(plugin_dir),

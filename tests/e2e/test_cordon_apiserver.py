@@ -30,8 +30,8 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from accel_plugins.kubelet import Kubelet, PluginCallError
-from accel_plugins.kubelet.dra import DraClaim
+from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
+from accel_plugins.kubelet_emulator.dra import DraClaim
 from accel_plugins.testing import short_tempdir
 from tests.cli_support import run_cli_async
 from tests.dra_kube_fixtures import V1_34_TAINTS, ServerOf

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.demo import run_demo
+from accel_plugins.demo.run import run_demo
 
 ANSI = re.compile(r"\033\[[0-9;]*m")
 MS = r"\d+\.\d ms"

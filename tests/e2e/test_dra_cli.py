@@ -12,8 +12,8 @@ import signal
 import sys
 from pathlib import Path
 
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.dra import SERVICE_V1, DraClaim
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.dra import SERVICE_V1, DraClaim
 from accel_plugins.testing import short_tempdir
 from tests.cli_support import free_port, http_get
 from tests.e2e.test_kubelet_admit_cli import fake_node
@@ -71,7 +71,13 @@ async def test_a_generic_plugin_in_dra_mode_registers_answers_and_stops(
         log = tmp_path / "plugin.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "accel_plugins.cli", *argv, cwd=ROOT, stdout=out, stderr=out
+                sys.executable,
+                "-m",
+                "accel_plugins.cli.main",
+                *argv,
+                cwd=ROOT,
+                stdout=out,
+                stderr=out,
             )
         try:
             await watching_kubelet.wait_for(lambda k: DRIVER in k.dra.names, timeout=20)

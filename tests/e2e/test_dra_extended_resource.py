@@ -34,7 +34,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
-from accel_plugins.kubelet.dra import DraClaim, DraClient
+from accel_plugins.kubelet_emulator.dra import DraClaim, DraClient
 from accel_plugins.testing import short_tempdir
 from tests.chart_support import of_kind, render
 from tests.dra_kube_fixtures import V1_34_EXTENDED, NodeClient, ServerOf

@@ -128,7 +128,13 @@ async def test_a_vanished_device_is_tainted_reported_and_counted_within_2s_and_c
         log = tmp_path / "plugin.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "accel_plugins.cli", *argv, cwd=ROOT, stdout=out, stderr=out
+                sys.executable,
+                "-m",
+                "accel_plugins.cli.main",
+                *argv,
+                cwd=ROOT,
+                stdout=out,
+                stderr=out,
             )
         try:
 

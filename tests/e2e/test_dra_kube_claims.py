@@ -27,15 +27,10 @@ from lightkube.types import PatchType
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.kube import KubeClaimSource
-from accel_plugins.dra.model import (
-    AllocatedDevice,
-    ClaimError,
-    ClaimRef,
-    device_names,
-    dra_device_name,
-)
+from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, device_names
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.plugin.device import Device, DeviceNode, tree
+from accel_plugins.plugin.dra_names import dra_device_name
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.dra_kube_fixtures import (
     every_dra_version,  # noqa: F401 (the API server of each DRA version)

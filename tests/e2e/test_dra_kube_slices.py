@@ -35,9 +35,9 @@ from accel_plugins.backends.nvidia.simulate.simulate import (
 )
 from accel_plugins.dra.kube import KubeSlicePublisher
 from accel_plugins.dra.kube.api import V1BETA1, ApiVersions
-from accel_plugins.dra.model import dra_device_name
 from accel_plugins.plugin.device import Device, DeviceTree, Health, tree
 from accel_plugins.plugin.dra_attributes import DraVersion
+from accel_plugins.plugin.dra_names import dra_device_name
 from tests.dra_kube_fixtures import (
     V1_33,
     V1_34,

@@ -22,13 +22,13 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
 from accel_plugins.errors import AllocationError, HookError, InvalidSnapshotError
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.backend import Publish
-from accel_plugins.plugin.capabilities import Capabilities
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.recorder import NoMetrics
+from accel_plugins.runtime.capabilities import Capabilities
+from accel_plugins.runtime.recorder import NoMetrics
 from tests.framework_fixtures import ScriptedBackend, ServePlugin, StartManager
 
 WIDGET = "example.com/widget"

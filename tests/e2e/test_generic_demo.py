@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.demo import run_demo
+from accel_plugins.demo.run import run_demo
 from tests.generic_fixtures import REPO, FakeHost
 
 
@@ -61,7 +61,7 @@ async def test_the_cli_runs_it() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "demo",
         "--once",
         cwd=REPO,

@@ -17,9 +17,9 @@ import pytest
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.model import DeviceSpec, MountSpec
-from accel_plugins.plugin.podresources import PodResourcesCache
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
+from accel_plugins.runtime.podresources import PodResourcesCache
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.framework_fixtures import StartManager
 from tests.generic_fixtures import FakeHost

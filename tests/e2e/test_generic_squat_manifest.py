@@ -21,8 +21,8 @@ from typing import Any
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import load_config
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.model import DeviceSpec
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.model import DeviceSpec
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.cli_support import free_port, http_get
 from tests.framework_fixtures import StartManager
@@ -113,7 +113,7 @@ async def test_the_command_line_serves_it_as_an_operator_runs_it(
     config = tmp_path / "config.yaml"
     config.write_text(squat_config_text())
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "accel_plugins.cli", "generic",
+        sys.executable, "-m", "accel_plugins.cli.main", "generic",
         f"--config={config}", "--domain=squat.ai", f"--plugin-dir={kubelet_dir}",
         f"--dev-root={fake_host.dev}", f"--sys-root={fake_host.sys}", "--udev-source=off",
         "--metrics-address=", f"--pod-resources-socket={tmp_path / 'none.sock'}",
@@ -147,7 +147,7 @@ async def test_squats_daemonset_args_run_unchanged(
         f"--pod-resources-socket={tmp_path / 'none.sock'}",
     ]
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "accel_plugins.cli", "generic", *DAEMONSET_CONTAINER_ARGS, *node,
+        sys.executable, "-m", "accel_plugins.cli.main", "generic", *DAEMONSET_CONTAINER_ARGS, *node,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.generic_fixtures import UmockdevHarness
 
 PCI = "/devices/pci0000:00/0000:00:14.0"

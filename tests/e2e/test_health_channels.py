@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.kube_events import node_events
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kube.events import node_events
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.generic_fixtures import FakeHost
 from tests.metrics_support import MetricsNode, promtool_check, series
 from tests.nvidia_fixtures import simulated_backend
@@ -102,8 +102,8 @@ async def test_an_xid_shows_on_the_node_and_on_metrics_and_clears_on_recovery(
 async def test_the_event_names_the_node_by_its_uid(kube: AsyncClient, kube_node: str) -> None:
     from lightkube.resources.core_v1 import Event, Node
 
-    from accel_plugins.kube_events import KubeEventPoster
-    from accel_plugins.plugin.node_events import NodeEvent
+    from accel_plugins.kube.events import KubeEventPoster
+    from accel_plugins.runtime.node_events import NodeEvent
 
     await KubeEventPoster(kube, kube_node).post(NodeEvent("DeviceHealthy", "Normal", "m"))
     node = await kube.get(Node, kube_node)
@@ -160,7 +160,7 @@ async def test_a_vanished_node_shows_on_the_node_and_on_metrics_and_clears_when_
 
 async def test_events_are_rate_limited_per_node(kube: AsyncClient, kube_node: str) -> None:
     from accel_plugins.plugin.device import Device, Health, tree
-    from accel_plugins.plugin.health_changes import HealthWatch
+    from accel_plugins.runtime.health_changes import HealthWatch
 
     watch = HealthWatch()
     async with node_events(watch, kube_node, client=kube, per_minute=3) as sink:

@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from accel_plugins.inspect import (
+from accel_plugins.inspector.command import (
     DryRun,
     InspectError,
     InspectReport,
@@ -18,8 +18,8 @@ from accel_plugins.inspect import (
     render_json,
     render_text,
 )
-from accel_plugins.kubelet import ContainerResponse, DeviceState, PluginOptions
-from accel_plugins.kubelet.client import unix_target
+from accel_plugins.kubelet_emulator import ContainerResponse, DeviceState, PluginOptions
+from accel_plugins.kubelet_emulator.client import unix_target
 from tests.cli_support import run_cli_async
 from tests.kubelet_fixtures import MakePlugin
 

@@ -8,8 +8,8 @@ import json
 import grpc
 import pytest
 
-from accel_plugins.inspect import InspectError, inspect_plugin, render_text
-from accel_plugins.kubelet import PluginOptions
+from accel_plugins.inspector.command import InspectError, inspect_plugin, render_text
+from accel_plugins.kubelet_emulator import PluginOptions
 from tests.cli_support import run_cli_async
 from tests.kubelet_fixtures import MakePlugin, widgets
 

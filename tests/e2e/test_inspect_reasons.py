@@ -15,13 +15,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from accel_plugins.backends.nvidia.xid import xid_reason
-from accel_plugins.inspect import inspect_plugin, render_json, render_text
-from accel_plugins.inspect_reasons import metrics_url, resource_of
-from accel_plugins.kubelet import DeviceState, Kubelet
+from accel_plugins.inspector.command import inspect_plugin, render_json, render_text
+from accel_plugins.inspector.reasons import metrics_url, resource_of
+from accel_plugins.kubelet_emulator import DeviceState, Kubelet
 from accel_plugins.metrics import MetricsServer
 from accel_plugins.plugin.device import Device, Health, tree
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.runtime.server import socket_name
 from tests.cli_support import run_cli_async
 from tests.framework_fixtures import ScriptedBackend
 from tests.kubelet_fixtures import MakePlugin

@@ -276,7 +276,7 @@ async def spawn(*argv: str, log: Path | None = None) -> asyncio.subprocess.Proce
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             *argv,
             cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import checkpoint
+from accel_plugins.kubelet_emulator import checkpoint
 from tests.cli_support import run_cli
 from tests.generic_fixtures import FakeHost
 from tests.reliability.plugin_process import ROOT
@@ -86,7 +86,7 @@ class Processes:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "accel_plugins.cli",
+                "accel_plugins.cli.main",
                 *argv,
                 cwd=ROOT,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -27,9 +27,9 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
-from accel_plugins.handover.probes import DraSide
-from accel_plugins.handover.slices import AllSides, SliceSide
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.switch.probes import DraSide
+from accel_plugins.switch.slices import AllSides, SliceSide
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_claims import (
     NVIDIA,

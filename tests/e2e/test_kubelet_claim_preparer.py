@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.claims import (
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.claims import (
     AllocatedResult,
     ClaimInfo,
     ClaimPrepareError,
     ClaimPreparer,
 )
-from accel_plugins.kubelet.podspec import parse_pods
+from accel_plugins.kubelet_emulator.podspec import parse_pods
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims
 from tests.framework_fixtures import ScriptedBackend

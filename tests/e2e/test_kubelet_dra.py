@@ -3,7 +3,7 @@
 The plugin watcher registers a ``DRAPlugin`` the way the kubelet's DRA handler
 does (pkg/kubelet/cm/dra/plugin/registration.go: the service names
 ``v1.DRAPlugin``/``v1beta1.DRAPlugin``, v1 preferred; the driver name a DNS
-subdomain), and :class:`~accel_plugins.kubelet.dra.DraClient` calls what the
+subdomain), and :class:`~accel_plugins.kubelet_emulator.dra.DraClient` calls what the
 kubelet calls: NodePrepareResources, NodeUnprepareResources, NodeWatchResources.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.dra import SERVICE_V1, SERVICE_V1BETA1, DraClaim, DraClient
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.dra import SERVICE_V1, SERVICE_V1BETA1, DraClaim, DraClient
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
 from tests.framework_fixtures import ScriptedBackend

@@ -6,7 +6,7 @@ pkg/kubelet/cm/dra/manager.go) and hands the CDI names to the runtime, which
 looks them up in /etc/cdi and /var/run/cdi; /var/run/cdi is a tmpfs the reboot
 emptied, the driver's checkpoint survived (kubernetes/kubernetes#141433). The
 emulator's ClaimPreparer plays the kubelet and resolves each name as a
-runtime does (accel_plugins/kubelet/cdi.py); our driver runs on real sockets.
+runtime does (accel_plugins/kubelet_emulator/cdi.py); our driver runs on real sockets.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.claims import ClaimPreparer, PodClaims
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.claims import ClaimPreparer, PodClaims
 from accel_plugins.plugin.device import Device, DeviceNode, tree
 from tests.dra_plugin_fixtures import DRIVER, FakeClaims, RunningDriver, SpecKeepingBackend
 from tests.e2e.test_kubelet_claim_preparer import TableReader, pod

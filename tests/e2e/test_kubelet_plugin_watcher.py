@@ -16,7 +16,7 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
-from accel_plugins.kubelet import Kubelet, PluginOptions
+from accel_plugins.kubelet_emulator import Kubelet, PluginOptions
 from accel_plugins.testing import short_tempdir
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, StubPlugin, widgets
 from tests.plugin_watcher_fixtures import StubRegistrar, plugin_info

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.cli_support import free_port
 from tests.configmap_volume import ConfigMapVolume
 from tests.metrics_support import get, parse, series
@@ -142,7 +142,7 @@ async def test_config_changes_apply_live_and_a_broken_file_keeps_the_old_one(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         *case.argv,
         "--config",
         str(volume.path("config.yaml")),

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from accel_plugins.errors import ConfigError
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
 from tests.framework_fixtures import HookedBackend, LogWaiter, ScriptedBackend, StartManager
 

@@ -14,12 +14,12 @@ import pytest
 
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
 from accel_plugins.errors import ConfigError
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.kubelet.client import unix_target
+from accel_plugins.kubelet_emulator import Kubelet
+from accel_plugins.kubelet_emulator.client import unix_target
 from accel_plugins.plugin.device import Device, tree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.recorder import NoMetrics
+from accel_plugins.runtime.recorder import NoMetrics
 from tests.framework_fixtures import LogWaiter, ScriptedBackend
 from tests.metrics_support import MetricsNode, series
 

@@ -10,11 +10,11 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from accel_plugins.deviceplugin.servicer import DevicePluginServicer
 from accel_plugins.errors import AllocationError, ConfigError
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.metrics import parse_address
 from accel_plugins.plugin.device import ContainerAllocation, Device, Health, tree
-from accel_plugins.plugin.servicer import DevicePluginServicer
 from tests.framework_fixtures import ScriptedBackend
 from tests.metrics_support import MetricsNode, series
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.generic_fixtures import FakeHost
 from tests.metrics_support import MetricsNode, Samples, promtool_check, series
 

@@ -12,7 +12,7 @@ from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulate.simulated_profile import SimEvent
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.cli_support import free_port
 from tests.metrics_support import MetricsNode, Samples, get, parse, promtool_check, series
 from tests.nvidia_fixtures import profile, settings, simulated_backend
@@ -114,7 +114,7 @@ async def test_the_nvidia_command_serves_metrics_and_health(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "nvidia",
         "--simulate",
         "pcie-4gpu",

@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from lightkube.types import PatchType
 
-from accel_plugins.migrate import EXIT_API, EXIT_NO_NODE, EXIT_OK, EXIT_TIMEOUT
+from accel_plugins.switch.migrate import EXIT_API, EXIT_NO_NODE, EXIT_OK, EXIT_TIMEOUT
 from tests.e2e.test_kubelet_admit_claims import (
     TIMEOUT,
     allocated_claim,

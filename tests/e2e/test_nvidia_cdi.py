@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from accel_plugins.backends.nvidia.factory import backend_factory
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, CdiSpecWriter, ContainerEdits
 from accel_plugins.plugin.device import DeviceNode
 from accel_plugins.testing import FakeHost

@@ -16,8 +16,8 @@ from accel_plugins.backends.nvidia.config.config import (
     ReplicatedResource,
     TimeSlicing,
 )
-from accel_plugins.kubelet import Kubelet, PluginCallError
-from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
+from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
 from accel_plugins.testing import FakeHost
 from tests.framework_fixtures import StartManager
 from tests.nvidia_fixtures import simulated_backend

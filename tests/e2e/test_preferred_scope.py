@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
-from accel_plugins.plugin.manager import Manager, ManagerSettings
-from accel_plugins.plugin.recorder import NoMetrics
+from accel_plugins.runtime.capabilities import Capabilities
+from accel_plugins.runtime.recorder import NoMetrics
 from tests.framework_fixtures import HookedBackend, ScriptedBackend
 
 WIDGET = "example.com/widget"

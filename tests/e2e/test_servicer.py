@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
-from accel_plugins.plugin.capabilities import Capabilities
+from accel_plugins.deviceplugin.servicer import KUBELET_MAX_MESSAGE_BYTES
 from accel_plugins.plugin.device import Device, DeviceNode, Health
-from accel_plugins.plugin.servicer import KUBELET_MAX_MESSAGE_BYTES
+from accel_plugins.runtime.capabilities import Capabilities
 from tests.framework_fixtures import HookedBackend, ServePlugin
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDGET = "example.com/widget"

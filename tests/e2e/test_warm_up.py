@@ -21,10 +21,10 @@ import pytest
 from accel_plugins.backends.nvidia.allocation import pair_score
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.factory import backend_factory
-from accel_plugins.cli import serve
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.cli.main import serve
+from accel_plugins.deviceplugin.manager import ManagerSettings
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceTree, tree
-from accel_plugins.plugin.manager import ManagerSettings
 from tests.dra_plugin_fixtures import FakeClaims
 from tests.framework_fixtures import ScriptedBackend, TreeRecorder
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.cdi_fixtures import assert_valid_spec_file, schema_dir
 from tests.cli_support import free_port
 from tests.metrics_support import get, parse, series
@@ -184,7 +184,7 @@ async def test_mps_daemon_serves_a_cuda_client_through_the_allocated_pipe(
         daemon = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             "mps-control-daemon",
             *common,
             stdin=asyncio.subprocess.DEVNULL,

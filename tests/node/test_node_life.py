@@ -273,7 +273,7 @@ def unplugged(device: str) -> Iterator[None]:
 def await_health_event(
     kube: Client, node: Node, reason: str, words: str, since: datetime.datetime
 ) -> None:
-    """A plugin's Event on the Node (accel_plugins/plugin/node_events.py) from ``since`` on,
+    """A plugin's Event on the Node (accel_plugins/runtime/node_events.py) from ``since`` on,
     e.g. DeviceUnhealthy "<resource> device <id> is Unhealthy: node-vanished ..."."""
     from lightkube.resources.core_v1 import Event
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.generic_fixtures import FakeHost
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ class PluginProcesses:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "accel_plugins.cli",
+                "accel_plugins.cli.main",
                 *node.argv,
                 "--plugin-dir",
                 str(self.plugin_dir),

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet, PluginCallError
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
+from accel_plugins.runtime.server import socket_name
 from tests.cli_support import free_port, http_get, run_cli_async
 from tests.reliability.plugin_process import START_TIMEOUT, Node, PluginProcesses, ready
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import pytest
 
-from accel_plugins.kubelet import InsufficientDevicesError, Kubelet, PluginClient
+from accel_plugins.kubelet_emulator import InsufficientDevicesError, Kubelet, PluginClient
 from accel_plugins.plugin.device import Device, tree
 from tests.framework_fixtures import ScriptedBackend, StartManager
 from tests.reliability.process_usage import Usage, usage

@@ -25,7 +25,7 @@ import pytest
 
 from accel_plugins.backends.nvidia.mps.fake_mps_control import COMMANDS_FILE, PID_FILE
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_dra_cli import KUBECONFIG as UNREACHABLE_KUBECONFIG
 from tests.reliability.plugin_process import ROOT, START_TIMEOUT, Node, PluginProcesses, ready
@@ -53,7 +53,7 @@ async def start_daemon(common: list[str], log: Path) -> asyncio.subprocess.Proce
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             "mps-control-daemon",
             *common,
             cwd=ROOT,
@@ -68,7 +68,7 @@ async def spawn_plugin(*argv: str, log: Path) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             *argv,
             cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,
@@ -102,7 +102,7 @@ async def test_replicas_follow_the_control_daemon(
         daemon = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             "mps-control-daemon",
             *common,
             cwd=ROOT,

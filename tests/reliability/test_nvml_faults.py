@@ -20,8 +20,8 @@ from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.nvml import EventSet, Handle, XidEvent
 from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
-from accel_plugins.kubelet import Kubelet
-from accel_plugins.plugin.manager import Manager
+from accel_plugins.deviceplugin.manager import Manager
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.framework_fixtures import StartManager
 from tests.nvidia_fixtures import settings, watching
 

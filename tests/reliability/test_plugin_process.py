@@ -22,7 +22,7 @@ import pytest
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.backends.nvidia.simulate.simulated_profile import load_profile_file
-from accel_plugins.kubelet import Kubelet, PluginClient
+from accel_plugins.kubelet_emulator import Kubelet, PluginClient
 from tests.reliability.plugin_process import (
     START_TIMEOUT,
     Node,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet, PluginClient
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.kubelet_emulator import Kubelet, PluginClient
+from accel_plugins.runtime.server import socket_name
 from tests.cli_support import run_cli
 from tests.reliability.plugin_process import (
     START_TIMEOUT,
@@ -112,7 +112,7 @@ async def test_the_emulator_command_registers_a_plugin_process(
     emulator = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "kubelet",
         "--plugin-dir",
         str(kubelet_dir),

@@ -19,9 +19,12 @@ import pytest
 
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.kubelet import Kubelet, names
-from accel_plugins.kubelet.client import unix_target
-from accel_plugins.kubelet.registration import RegistrationRefusedError, RegistrationServicer
+from accel_plugins.kubelet_emulator import Kubelet, names
+from accel_plugins.kubelet_emulator.client import unix_target
+from accel_plugins.kubelet_emulator.registration import (
+    RegistrationRefusedError,
+    RegistrationServicer,
+)
 from accel_plugins.plugin.device import Device, tree
 from tests.framework_fixtures import ScriptedBackend, StartManager
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.runtime.server import socket_name
 from tests.framework_fixtures import LogWaiter, ScriptedBackend, StartManager
 
 RESOURCES = ["example.com/a", "example.com/b", "example.com/c"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from tests.reliability.plugin_process import PluginProcesses, nvidia_node
 
 LISTEN = "0A"

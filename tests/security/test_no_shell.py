@@ -81,11 +81,11 @@ def problems(source: str) -> Iterator[str]:
                     yield f"{where}: shell= in a call"
 
 
-# The one module allowed to compile and unmarshal code: accel_plugins.codecache, the
+# The one module allowed to compile and unmarshal code: accel_plugins.util.codecache, the
 # bytecode cache of the methods @dataclass generates. What it compiles is the text the
 # dataclasses module wrote for our own classes (never input), and what it unmarshals is
 # read from the package's own __pycache__, the trust .pyc files already have.
-ALLOWED = {"accel_plugins/codecache.py": {"import marshal", "compile()", "builtins.exec()"}}
+ALLOWED = {"accel_plugins/util/codecache.py": {"import marshal", "compile()", "builtins.exec()"}}
 
 
 def package_modules() -> list[Path]:

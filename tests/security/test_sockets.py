@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
 from tests.framework_fixtures import ScriptedBackend, StartManager
 

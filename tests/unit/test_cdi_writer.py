@@ -29,8 +29,8 @@ from accel_plugins.plugin.cdi import (
     qualified_name,
     spec_of_devices,
 )
-from accel_plugins.plugin.cdi_defined import DefinedDevices
 from accel_plugins.plugin.device import Device, DeviceNode, Mount
+from accel_plugins.runtime.cdi_defined import DefinedDevices
 from tests.cdi_fixtures import assert_valid_spec, assert_valid_spec_file
 
 KIND = "accel-plugins.io/fpga"

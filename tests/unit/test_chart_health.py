@@ -28,7 +28,7 @@ NAME = f"{RELEASE}-accel-plugins-health-events"
 PLUGIN_ACCOUNT = f"{RELEASE}-accel-plugins-plugin"
 DRA_ACCOUNT = f"{RELEASE}-accel-plugins-dra"
 EVENTS = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]}]
-# list and watch: the accel-plugins.io/cordon annotation (accel_plugins/kube_cordon.py).
+# list and watch: the accel-plugins.io/cordon annotation (accel_plugins/kube/cordon.py).
 NODES = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
 
 
@@ -86,9 +86,9 @@ async def test_the_account_can_post_node_events_and_no_more(
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Event, Namespace, Node, ServiceAccountToken
 
-    from accel_plugins.kube_events import KubeEventPoster
-    from accel_plugins.kubeclient import FIELD_MANAGER, make_client
-    from accel_plugins.plugin.node_events import NodeEvent
+    from accel_plugins.kube.client import FIELD_MANAGER, make_client
+    from accel_plugins.kube.events import KubeEventPoster
+    from accel_plugins.runtime.node_events import NodeEvent
 
     await kube.apply(Namespace(metadata=ObjectMeta(name=NAMESPACE)), field_manager=FIELD_MANAGER)
     for obj in render(ci_values("defaults")):
@@ -128,8 +128,8 @@ async def test_the_account_can_post_node_events_and_no_more(
         assert refused == [403, 403, 403]
 
         # And it may follow its Node's cordon annotation (kube_cordon.py), as the plugin does.
-        from accel_plugins.kube_cordon import follow_annotation
-        from accel_plugins.plugin.cordon import ANNOTATION, Cordons
+        from accel_plugins.kube.cordon import follow_annotation
+        from accel_plugins.runtime.cordon import ANNOTATION, Cordons
 
         cordons = Cordons(tmp_path)
         changed = asyncio.Event()

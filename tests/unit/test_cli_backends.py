@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins import cli
 from accel_plugins.backends.generic import command as generic_command
 from accel_plugins.backends.nvidia import command as nvidia_command
-from accel_plugins.kubelet import Kubelet
+from accel_plugins.cli import main as cli
+from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
 
 WIDGET_MODULE = '''
@@ -35,7 +35,7 @@ import asyncio
 import json
 
 from accel_plugins.errors import ConfigError
-from accel_plugins.flags import parse_bool
+from accel_plugins.util.flags import parse_bool
 from accel_plugins.plugin import BackendCommand, BackendContext, Device, Option, Publish, tree
 
 
@@ -251,7 +251,7 @@ async def test_a_third_party_backend_serves(site: Path, kubelet: Kubelet) -> Non
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "widget",
         "--plugin-dir",
         str(kubelet.plugin_dir),
@@ -288,7 +288,7 @@ def test_help_and_version_import_nothing_heavy(argv: list[str]) -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from accel_plugins.cli import main
+        from accel_plugins.cli.main import main
         try:
             main({argv!r})
         except SystemExit as exc:
@@ -406,9 +406,9 @@ def test_mirrored_constants_match_their_sources() -> None:
     from accel_plugins.backends.nvidia import container_contract
     from accel_plugins.backends.nvidia.config import config
     from accel_plugins.backends.nvidia.simulate import builtin_profiles
+    from accel_plugins.deviceplugin.manager import DEFAULT_PLUGIN_DIR
     from accel_plugins.metrics import DEFAULT_METRICS_ADDRESS
-    from accel_plugins.plugin.manager import DEFAULT_PLUGIN_DIR
-    from accel_plugins.plugin.podresources import DEFAULT_POD_RESOURCES_SOCKET
+    from accel_plugins.runtime.podresources import DEFAULT_POD_RESOURCES_SOCKET
 
     assert nvidia_command.MIG_STRATEGIES == config.MIG_STRATEGIES
     assert nvidia_command.REPLICA_POLICIES == config.REPLICA_POLICIES

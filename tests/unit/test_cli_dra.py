@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from accel_plugins import cli
 from accel_plugins.backends.generic import command as generic_command
 from accel_plugins.backends.nvidia import command as nvidia_command
+from accel_plugins.cli import main as cli
 from accel_plugins.plugin.command import BackendCommand
 from tests.unit.test_cli_backends import clean_environ, never_built
 
@@ -129,7 +129,7 @@ def test_device_plugin_mode_never_imports_the_dra_modules() -> None:
     code = textwrap.dedent(
         """
         import sys
-        from accel_plugins.cli import main
+        from accel_plugins.cli.main import main
         assert main(["generic", "--config", "/nonexistent.yaml"]) == 2
         print([m for m in sys.modules if m.startswith(("accel_plugins.dra", "lightkube"))])
         """

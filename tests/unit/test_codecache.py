@@ -1,4 +1,4 @@
-"""The dataclass code cache (``accel_plugins.codecache``): same classes, compiled once.
+"""The dataclass code cache (``accel_plugins.util.codecache``): same classes, compiled once.
 
 Each test builds classes through a :class:`CodeCache` on a temp directory by
 calling ``dataclasses.dataclass`` with the cache installed, and checks that the
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from accel_plugins import codecache
-from accel_plugins.codecache import CodeCache
+from accel_plugins.util import codecache
+from accel_plugins.util.codecache import CodeCache
 
 MODULE = "tests.unit.codecache_sample"
 
@@ -206,7 +206,7 @@ def test_the_build_writes_a_file_per_module_with_dataclasses(tmp_path: Path) -> 
     # In a fresh interpreter: the build imports every module of the package.
     target = tmp_path / "built"
     code = (
-        "import pathlib, sys; from accel_plugins import codecache; "
+        "import pathlib, sys; from accel_plugins.util import codecache; "
         f"print(codecache.build(pathlib.Path({str(target)!r})))"
     )
     done = subprocess.run(

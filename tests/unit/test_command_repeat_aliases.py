@@ -2,7 +2,7 @@
 
 A repeated flag is pflag's StringArray (squat's ``--device``): every use adds a
 value, in order. Its env twin holds a YAML list; the command line replaces it,
-as it wins over the environment for every other flag (accel_plugins/flags.py).
+as it wins over the environment for every other flag (accel_plugins/util/flags.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.cli import COMMON_DESTS, add_options, build_parser
+from accel_plugins.cli.main import COMMON_DESTS, add_options, build_parser
 from accel_plugins.plugin.command import BackendCommand, Option
 
 TAG = Option("--tag", "a tag", default=(), repeat=True)

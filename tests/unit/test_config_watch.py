@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.plugin.config_watch import ConfigWatcher, watch_configs
+from accel_plugins.runtime.config_watch import ConfigWatcher, watch_configs
 from tests.configmap_volume import ConfigMapVolume
 
 Edit = Callable[[Path], object]

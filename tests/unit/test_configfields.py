@@ -1,4 +1,4 @@
-"""accel_plugins.configfields: typed reads whose failures name the source, field and reason."""
+"""accel_plugins.util.configfields: typed reads whose failures name the source, field and reason."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from accel_plugins.configfields import PLAIN, REPR, Fields, UnknownKeys, Wording, at
 from accel_plugins.errors import ConfigError
+from accel_plugins.util.configfields import PLAIN, REPR, Fields, UnknownKeys, Wording, at
 
 Read = Callable[[Fields], object]
 
@@ -144,7 +144,7 @@ def test_unknown_keys_can_be_collected_instead_of_refused(
     mode: UnknownKeys, caplog: pytest.LogCaptureFixture
 ) -> None:
     fields = Fields("f.yaml", unknown=mode)
-    with caplog.at_level(logging.WARNING, logger="accel_plugins.configfields"):
+    with caplog.at_level(logging.WARNING, logger="accel_plugins.util.configfields"):
         data = fields.mapping({"a": 1, "zz": 2}, "top", {"a"})
         fields.mapping({"y": 3}, "", {"a"})
     assert data == {"a": 1, "zz": 2}

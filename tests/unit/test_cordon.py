@@ -18,7 +18,10 @@ import pytest
 
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.allocation import resolve
-from accel_plugins.plugin.cordon import (
+from accel_plugins.plugin.device import Device, Health, tree
+from accel_plugins.plugin.dra_taints import DeviceToleration, TaintId
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
+from accel_plugins.runtime.cordon import (
     ANNOTATION,
     CORDON_FILE,
     Cordons,
@@ -28,9 +31,6 @@ from accel_plugins.plugin.cordon import (
     read_file,
     uncordon,
 )
-from accel_plugins.plugin.device import Device, Health, tree
-from accel_plugins.plugin.dra_taints import DeviceToleration, TaintId
-from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 XID = HealthReason(ReasonKind.XID, "fell off the bus", code=79)
 GPUS = "example.com/gpu"
@@ -218,12 +218,12 @@ async def test_an_api_server_out_of_reach_is_one_warning_per_outage(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("lightkube")
-    from accel_plugins import kube_cordon
+    from accel_plugins.kube import cordon as kube_cordon
 
     monkeypatch.setattr(kube_cordon, "BACKOFF_START", 0.001)
     client = _FlakyNodeWatch(failures=4, annotation="gpu-0=fan failing")
     cordons = Cordons(tmp_path)
-    caplog.set_level(logging.DEBUG, logger="accel_plugins.kube_cordon")
+    caplog.set_level(logging.DEBUG, logger="accel_plugins.kube.cordon")
     task = asyncio.create_task(kube_cordon.follow_annotation(client, "node-a", cordons))  # type: ignore[arg-type]
     try:
         await asyncio.wait_for(client.served.wait(), timeout=10)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from accel_plugins.plugin import recorder
-from accel_plugins.plugin.recorder import (
+from accel_plugins.runtime import recorder
+from accel_plugins.runtime.recorder import (
     AllocationFailure,
     DeferredMetrics,
     NoMetrics,

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from accel_plugins.dra.model import device_names, dra_device_name
+from accel_plugins.dra.model import device_names
 from accel_plugins.plugin.device import Device, tree
-from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 
 
 class _ByIndex:

@@ -27,13 +27,8 @@ from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.dra.model import (
-    AllocatedDevice,
-    ClaimRef,
-    OpaqueConfig,
-    ResolvedClaim,
-    dra_device_name,
-)
+from accel_plugins.dra.model import AllocatedDevice, ClaimRef, OpaqueConfig, ResolvedClaim
+from accel_plugins.plugin.dra_names import dra_device_name
 from tests.cdi_fixtures import assert_valid_spec_file
 from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
 from tests.dra_sharing_fixtures import (

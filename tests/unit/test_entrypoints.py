@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import accel_plugins
-from accel_plugins.entrypoints import EntryPointRef, entry_points, parse
 from accel_plugins.plugin.command import ENTRY_POINT_GROUP, Option
+from accel_plugins.util.entrypoints import EntryPointRef, entry_points, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,8 +93,8 @@ def test_load_follows_module_and_attribute_path() -> None:
     ref = EntryPointRef("x", "accel_plugins.plugin.command:Option.dest", "g", "d")
     assert ref.load() is Option.dest
     assert (
-        EntryPointRef("x", "accel_plugins.entrypoints", "g", "d").load()
-        is sys.modules["accel_plugins.entrypoints"]
+        EntryPointRef("x", "accel_plugins.util.entrypoints", "g", "d").load()
+        is sys.modules["accel_plugins.util.entrypoints"]
     )
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.cli import build_parser
-from accel_plugins.flags import add_flag, env_name, parse_bool
+from accel_plugins.cli.main import build_parser
+from accel_plugins.util.flags import add_flag, env_name, parse_bool
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import UnitFacts, device_id
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
-from accel_plugins.plugin.watch import InotifyError
+from accel_plugins.util.watch import InotifyError
 from tests.generic_fixtures import FakeHost, RunBackend
 
 SERIAL = "accel-plugins.io/serial"

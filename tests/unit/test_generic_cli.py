@@ -14,7 +14,7 @@ from accel_plugins.backends.generic.backend import GenericBackend, GenericSettin
 from accel_plugins.backends.generic.command import COMMAND
 from accel_plugins.backends.generic.factory import settings_from_options
 from accel_plugins.backends.generic.monitor import UdevSource
-from accel_plugins.cli import add_options
+from accel_plugins.cli.main import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.command import BackendContext, BackendFactory
 from tests.cli_support import run_cli
@@ -146,7 +146,7 @@ async def test_the_command_exits_before_touching_the_kubelet(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "accel_plugins.cli",
+        "accel_plugins.cli.main",
         "generic",
         "--config",
         str(path),

@@ -25,7 +25,7 @@ import pytest
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.command import COMMAND
 from accel_plugins.backends.generic.config import UsbSpec, parse_config
-from accel_plugins.cli import build_parser
+from accel_plugins.cli.main import build_parser
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.command import BackendContext
 from tests.generic_fixtures import REPO, WriteConfig
@@ -246,7 +246,7 @@ async def test_the_process_exits_2_before_touching_the_kubelet(tmp_path: Path) -
     plugin_dir.mkdir()
     bad = "{name: s, groups: [{paths: [{path: /dev/x, permissions: rwx}]}]}"
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "accel_plugins.cli", "generic",
+        sys.executable, "-m", "accel_plugins.cli.main", "generic",
         *DAEMONSET_CONTAINER_ARGS, "--device", bad,
         "--plugin-directory", str(plugin_dir), "--listen", "",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -16,11 +16,11 @@ import pytest
 
 from accel_plugins.dra.checkpoint import PreparedClaim, PreparedDevice, dumps
 from accel_plugins.dra.model import ClaimRef
-from accel_plugins.handover.metrics import HandoverCollector
-from accel_plugins.handover.model import Blockers, HeldDevice, Mode, SwitchSettings
-from accel_plugins.handover.probes import DevicePluginSide, DraSide, live
-from accel_plugins.handover.wait import HandoverState, await_handover
-from accel_plugins.kubelet import DeviceState, Kubelet
+from accel_plugins.kubelet_emulator import DeviceState, Kubelet
+from accel_plugins.switch.metrics import HandoverCollector
+from accel_plugins.switch.model import Blockers, HeldDevice, Mode, SwitchSettings
+from accel_plugins.switch.probes import DevicePluginSide, DraSide, live
+from accel_plugins.switch.wait import HandoverState, await_handover
 from accel_plugins.testing import short_tempdir
 from tests.kubelet_fixtures import MakePlugin, register
 

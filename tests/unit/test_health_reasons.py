@@ -14,14 +14,14 @@ import pytest
 
 from accel_plugins.backends.nvidia.xid import UNLISTED, xid_reason
 from accel_plugins.plugin.device import Device, Health, tree
-from accel_plugins.plugin.health_changes import (
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
+from accel_plugins.runtime.health_changes import (
     BACKEND_DOWN,
     HealthChange,
     HealthWatch,
     all_unhealthy,
     health_changes,
 )
-from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 
 R = "example.com/card"
 

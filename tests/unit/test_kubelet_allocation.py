@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from accel_plugins.kubelet import (
+from accel_plugins.kubelet_emulator import (
     AllocationConflictError,
     InsufficientDevicesError,
     InvalidPluginAnswerError,
@@ -18,7 +18,7 @@ from accel_plugins.kubelet import (
     ResourceUnavailableError,
     UnknownResourceError,
 )
-from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
 
 PREFERRED = PluginOptions(get_preferred_allocation_available=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet import (
+from accel_plugins.kubelet_emulator import (
     AllocationRecord,
     CheckpointError,
     ContainerResponse,
@@ -16,7 +16,7 @@ from accel_plugins.kubelet import (
     Kubelet,
     checkpoint,
 )
-from accel_plugins.kubelet.model import DeviceSpec, MountSpec
+from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
 
 RECORD = AllocationRecord(

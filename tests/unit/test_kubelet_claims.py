@@ -18,10 +18,10 @@ from types import MappingProxyType
 import pytest
 
 from accel_plugins.errors import ConfigError
-from accel_plugins.kubelet.cdi import find_device
-from accel_plugins.kubelet.claims import ClaimInfo, PreparedClaim
-from accel_plugins.kubelet.dra import DraClaimResult, DraDevice
-from accel_plugins.kubelet.podspec import ContainerClaim, PodClaim, parse_pods
+from accel_plugins.kubelet_emulator.cdi import find_device
+from accel_plugins.kubelet_emulator.claims import ClaimInfo, PreparedClaim
+from accel_plugins.kubelet_emulator.dra import DraClaimResult, DraDevice
+from accel_plugins.kubelet_emulator.podspec import ContainerClaim, PodClaim, parse_pods
 
 POD = """
 apiVersion: v1
@@ -262,7 +262,7 @@ def test_command_refuses_before_starting(
         [
             sys.executable,
             "-m",
-            "accel_plugins.cli",
+            "accel_plugins.cli.main",
             "kubelet",
             "--plugin-dir",
             str(tmp_path / "dp"),

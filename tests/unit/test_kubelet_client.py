@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from accel_plugins.kubelet import PluginClient
+from accel_plugins.kubelet_emulator import PluginClient
 from tests.kubelet_fixtures import MakePlugin, widgets
 
 Call = Callable[[Any], Awaitable[object]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accel_plugins.kubelet import DeviceState, Kubelet
+from accel_plugins.kubelet_emulator import DeviceState, Kubelet
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
 
 

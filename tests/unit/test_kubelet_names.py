@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_plugins.kubelet.names import (
+from accel_plugins.kubelet_emulator.names import (
     SUPPORTED_VERSIONS,
     qualified_name_problems,
     resource_name_problem,

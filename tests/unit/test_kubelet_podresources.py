@@ -9,8 +9,8 @@ import pytest
 
 from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
-from accel_plugins.kubelet import DeviceState, Kubelet
-from accel_plugins.kubelet.client import unix_target
+from accel_plugins.kubelet_emulator import DeviceState, Kubelet
+from accel_plugins.kubelet_emulator.client import unix_target
 from tests.kubelet_fixtures import MakePlugin, register
 
 WIDGET = "example.com/widget"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.errors import ConfigError
-from accel_plugins.kubelet.podspec import load_pods, parse_pods
-from accel_plugins.quantity import parse_quantity
+from accel_plugins.kubelet_emulator.podspec import load_pods, parse_pods
+from accel_plugins.util.quantity import parse_quantity
 
 POD = """
 apiVersion: v1

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import pytest
 
-from accel_plugins.kubelet import Kubelet, PluginOptions
+from accel_plugins.kubelet_emulator import Kubelet, PluginOptions
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
 
 

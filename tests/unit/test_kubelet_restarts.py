@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_plugins.plugin.kubelet_restarts import KubeletRestarts
+from accel_plugins.runtime.kubelet_restarts import KubeletRestarts
 
 # Each step: ("checked" | "created", the socket's inode then, or None for no socket).
 Step = tuple[str, int | None]

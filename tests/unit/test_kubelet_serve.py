@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from accel_plugins.kubelet import serve
+from accel_plugins.kubelet_emulator import serve
 from tests.kubelet_fixtures import RESOURCE, MakePlugin, widgets
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from accel_plugins.kubelet.admission import DeviceAllocationError, devices_to_allocate
-from accel_plugins.kubelet.model import DeviceState
-from accel_plugins.kubelet.topology import (
+from accel_plugins.kubelet_emulator.admission import DeviceAllocationError, devices_to_allocate
+from accel_plugins.kubelet_emulator.model import DeviceState
+from accel_plugins.kubelet_emulator.topology import (
     BEST_EFFORT,
     NONE,
     RESTRICTED,

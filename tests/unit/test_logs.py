@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from accel_plugins.logs import setup_logging
+from accel_plugins.util.logs import setup_logging
 
 
 @pytest.mark.parametrize(

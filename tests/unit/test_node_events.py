@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.backends.nvidia.xid import xid_reason
-from accel_plugins.kube_events import node_events
-from accel_plugins.plugin.health_changes import HealthChange, HealthWatch
-from accel_plugins.plugin.node_events import NodeEvent, node_event
+from accel_plugins.kube.events import node_events
+from accel_plugins.runtime.health_changes import HealthChange, HealthWatch
+from accel_plugins.runtime.node_events import NodeEvent, node_event
 
 R = "nvidia.com/gpu"
 
@@ -49,7 +49,7 @@ def test_node_event(change: HealthChange, event: NodeEvent) -> None:
 
 
 async def test_no_node_name_means_no_events_and_one_line(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, "accel_plugins.kube_events")
+    caplog.set_level(logging.INFO, "accel_plugins.kube.events")
     async with node_events(HealthWatch(), "") as sink:
         assert sink is None
     assert [r.getMessage() for r in caplog.records] == [
@@ -60,9 +60,9 @@ async def test_no_node_name_means_no_events_and_one_line(caplog: pytest.LogCaptu
 async def test_without_lightkube_the_plugin_runs_on_without_events(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, "accel_plugins.kube_events")
+    caplog.set_level(logging.INFO, "accel_plugins.kube.events")
     monkeypatch.setitem(sys.modules, "lightkube", None)  # import fails as when not installed
-    monkeypatch.delitem(sys.modules, "accel_plugins.kubeclient", raising=False)
+    monkeypatch.delitem(sys.modules, "accel_plugins.kube.client", raising=False)
     async with node_events(HealthWatch(), "node-a") as sink:
         assert sink is None
     (line,) = [r.getMessage() for r in caplog.records]
@@ -72,7 +72,7 @@ async def test_without_lightkube_the_plugin_runs_on_without_events(
 async def test_without_api_access_the_plugin_runs_on_without_events(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    caplog.set_level(logging.INFO, "accel_plugins.kube_events")
+    caplog.set_level(logging.INFO, "accel_plugins.kube.events")
     pytest.importorskip("lightkube")
     missing = tmp_path / "no-such-kubeconfig"
     async with node_events(HealthWatch(), "node-a", kubeconfig=str(missing)) as sink:

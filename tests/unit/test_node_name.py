@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from accel_plugins.cli import COMMON_DESTS, build_parser
-from accel_plugins.inspect import InspectReport, render_json, render_text
-from accel_plugins.kubelet.model import PluginOptions
-from accel_plugins.logs import fatal, setup_logging
+from accel_plugins.cli.main import COMMON_DESTS, build_parser
+from accel_plugins.inspector.command import InspectReport, render_json, render_text
+from accel_plugins.kubelet_emulator.model import PluginOptions
 from accel_plugins.metrics import new_registry
+from accel_plugins.util.logs import fatal, setup_logging
 
 NODE = "gpu-node-7"
 

@@ -21,7 +21,7 @@ from accel_plugins.backends.nvidia.factory import simulated_backend
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.resources import MigStrategyError
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
-from accel_plugins.cli import add_options
+from accel_plugins.cli.main import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.backend import Allocator, Backend
 from accel_plugins.plugin.command import BackendContext

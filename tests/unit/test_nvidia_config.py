@@ -19,7 +19,7 @@ from accel_plugins.backends.nvidia.config.config import (
     resolve,
 )
 from accel_plugins.backends.nvidia.factory import load_settings
-from accel_plugins.cli import add_options
+from accel_plugins.cli.main import add_options
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.command import BackendContext
 

@@ -11,7 +11,7 @@ from accel_plugins.backends.nvidia.command import COMMAND
 from accel_plugins.backends.nvidia.discovery import discover
 from accel_plugins.backends.nvidia.labels.label_facts import read_label_facts
 from accel_plugins.backends.nvidia.nvml import session
-from accel_plugins.cli import add_options
+from accel_plugins.cli.main import add_options
 from accel_plugins.plugin.command import BackendContext, BackendFactory
 from tests.nvidia_fixtures import FakeNvml
 

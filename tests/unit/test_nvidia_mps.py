@@ -45,7 +45,7 @@ from accel_plugins.backends.nvidia.mps.mps_plan import DaemonPlan, SharedGpu, da
 from accel_plugins.backends.nvidia.mps.mps_readiness import MpsReadiness
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
-from accel_plugins.cli import main
+from accel_plugins.cli.main import main
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.device import ContainerAllocation, Device, Health, Mount
 from tests.nvidia_fixtures import profile

@@ -27,7 +27,7 @@ from accel_plugins.backends.nvidia.labels.node_labels import (
     sanitise,
     version_labels,
 )
-from accel_plugins.nfd import write_feature_file
+from accel_plugins.util.nfd import write_feature_file
 
 GPU = "nvidia.com/gpu"
 

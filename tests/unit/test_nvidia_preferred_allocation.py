@@ -20,7 +20,7 @@ from accel_plugins.backends.nvidia.config.config import (
 )
 from accel_plugins.backends.nvidia.factory import load_settings
 from accel_plugins.backends.nvidia.facts import gpu_facts
-from accel_plugins.cli import add_options
+from accel_plugins.cli.main import add_options
 from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.plugin.backend import PreferredAllocator
 from accel_plugins.plugin.device import Device

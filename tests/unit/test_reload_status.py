@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from accel_plugins.metrics import MetricsServer, ReloadCollector
-from accel_plugins.plugin.reloads import ReloadStatus
+from accel_plugins.runtime.reload_status import ReloadStatus
 from tests.metrics_support import get, parse, series
 
 START = ReloadStatus(last_success=100.0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from accel_plugins.plugin.server import socket_name
+from accel_plugins.runtime.server import socket_name
 
 
 @pytest.mark.parametrize(

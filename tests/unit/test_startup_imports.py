@@ -14,19 +14,19 @@ import sys
 import pytest
 
 RUN_PATH = (
-    "accel_plugins.cli",
+    "accel_plugins.cli.main",
     "accel_plugins.metrics.address",
-    "accel_plugins.plugin.config_watch",
-    "accel_plugins.plugin.manager",
-    "accel_plugins.plugin.podresources",
-    "accel_plugins.plugin.recorder",
+    "accel_plugins.runtime.config_watch",
+    "accel_plugins.deviceplugin.manager",
+    "accel_plugins.runtime.podresources",
+    "accel_plugins.runtime.recorder",
 )
 
 # Metrics load once the kubelet has the devices (cli.serve): registration never waits for them.
 METRICS = ("prometheus_client", "accel_plugins.metrics.collectors", "accel_plugins.metrics.wiring")
 # Plugin-watcher registration (another mode), the IDNA codec (getaddrinfo on a host name) and
 # json (JSON logs only; prometheus_client brings it after registration).
-ELSEWHERE = ("accel_plugins.plugin.plugin_watcher", "encodings.idna", "json")
+ELSEWHERE = ("accel_plugins.runtime.plugin_watcher", "encodings.idna", "json")
 
 NOT_BEFORE_SERVING = {
     "nvidia": (

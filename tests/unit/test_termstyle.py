@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from accel_plugins.cli import DEMO_COLORS
-from accel_plugins.termstyle import COLOR_CHOICES, PLAIN, Style, wants_color
+from accel_plugins.cli.main import DEMO_COLORS
+from accel_plugins.util.termstyle import COLOR_CHOICES, PLAIN, Style, wants_color
 
 
 class Terminal(io.StringIO):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.errors import ConfigError, InvalidSnapshotError
-from accel_plugins.kubelet import DeviceSpec, Kubelet
+from accel_plugins.kubelet_emulator import DeviceSpec, Kubelet
 from accel_plugins.plugin import (
     BackendCommand,
     BackendContext,
@@ -178,7 +178,7 @@ async def test_discover_allocate_and_watch_health(accel_serve: ServeBackend) -> 
 
 
 async def test_allocation_errors_come_from_the_kubelets_path(accel_serve: ServeBackend) -> None:
-    from accel_plugins.kubelet import InsufficientDevicesError, KubeletError
+    from accel_plugins.kubelet_emulator import InsufficientDevicesError, KubeletError
 
     served = await accel_serve(Widgets("w0"))
     await served.wait_for_devices(RESOURCE, 1)
@@ -377,7 +377,8 @@ def test_loading_the_plugin_imports_nothing_heavy() -> None:
         import accel_plugins.testing.plugin
         heavy = sorted(
             m for m in ("grpc", "google.protobuf", "prometheus_client", "yaml", "pynvml",
-                        "pyudev", "accel_plugins.kubelet", "accel_plugins.plugin.manager")
+                        "pyudev", "accel_plugins.kubelet_emulator",
+                        "accel_plugins.deviceplugin.manager")
             if m in sys.modules
         )
         print(",".join(heavy))

@@ -19,8 +19,8 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN
-from accel_plugins.flags import parse_bool
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
+from accel_plugins.util.flags import parse_bool
 
 UDEV_SOURCES = ("auto", "udev", "kernel", "off")
 # squat's default --domain (config.go's defaultDomain).

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from accel_plugins import yamlfile
 from accel_plugins.backends.generic.names import domain_problem, name_problem
-from accel_plugins.configfields import PLAIN, Fields, plain_kind
 from accel_plugins.errors import ConfigError
+from accel_plugins.util import yamlfile
+from accel_plugins.util.configfields import PLAIN, Fields, plain_kind
 
 DEFAULT_PERMISSIONS = "mrw"
 USB_PERMISSIONS = "rw"

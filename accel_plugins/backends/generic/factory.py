@@ -24,8 +24,8 @@ from accel_plugins.backends.generic.config import (
 from accel_plugins.backends.generic.eventsource import UdevSource
 from accel_plugins.backends.generic.names import DEFAULT_DOMAIN, domain_problem
 from accel_plugins.errors import ConfigError
-from accel_plugins.flags import env_name
 from accel_plugins.plugin.command import InUse, RefreshInUse
+from accel_plugins.util.flags import env_name
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from accel_plugins.backends.generic.eventsource import (
     UdevSource,
     choose_source,
 )
-from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
 
 __all__ = ["ChangeFeed", "UdevSource", "Wakeup", "announce", "resolve_source"]
 

@@ -7,10 +7,10 @@ the name is a qualified-name part of at most 63 characters.
 
 from __future__ import annotations
 
-from accel_plugins.k8snames import DNS1123_SUBDOMAIN_RE as _SUBDOMAIN_RE
-from accel_plugins.k8snames import DOMAIN_MAX as _DOMAIN_MAX
-from accel_plugins.k8snames import NAME_MAX as _NAME_MAX
-from accel_plugins.k8snames import NAME_RE as _NAME_RE
+from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_RE as _SUBDOMAIN_RE
+from accel_plugins.util.k8snames import DOMAIN_MAX as _DOMAIN_MAX
+from accel_plugins.util.k8snames import NAME_MAX as _NAME_MAX
+from accel_plugins.util.k8snames import NAME_RE as _NAME_RE
 
 DEFAULT_DOMAIN = "accel-plugins.io"
 

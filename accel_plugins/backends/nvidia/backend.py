@@ -256,7 +256,7 @@ class NvidiaBackend:
         facts = known_gpu(device)
         if facts is not None and facts.is_whole_gpu:
             return f"gpu-{facts.minor}"
-        from accel_plugins.dra.model import dra_device_name
+        from accel_plugins.plugin.dra_names import dra_device_name
 
         return dra_device_name(device.id)
 
@@ -268,7 +268,7 @@ class NvidiaBackend:
             return None
         if facts.kind == "gpu":
             return f"gpu-{facts.minor}"
-        from accel_plugins.dra.model import dra_device_name
+        from accel_plugins.plugin.dra_names import dra_device_name
 
         return dra_device_name(facts.replica_of)
 

@@ -14,8 +14,8 @@ file > default.
 
 from __future__ import annotations
 
-from accel_plugins.flags import parse_bool
 from accel_plugins.plugin.command import BackendCommand, BackendContext, BackendFactory, Option
+from accel_plugins.util.flags import parse_bool
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 DEVICE_ID_STRATEGIES = ("uuid", "index")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from accel_plugins.plugin.dra_config import ClaimParametersError
-from accel_plugins.quantity import parse_quantity
+from accel_plugins.util.quantity import parse_quantity
 
 API_VERSION = "resource.nvidia.com/v1beta1"
 KIND = "GpuConfig"

@@ -47,10 +47,10 @@ from lightkube.utils.quantity import parse_quantity
 
 from accel_plugins.dra.kube.shares import shared_device
 from accel_plugins.dra.kube.taints import Taint
-from accel_plugins.dra.model import device_names, dra_device_name, shared_units, with_shared_units
+from accel_plugins.dra.model import device_names, shared_units, with_shared_units
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
-from accel_plugins.plugin.dra_names import DraNamer
+from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The chart's per-node switch (``kubeletApiSwitch``) moves a node by its label; the
 driver told to stop reads the label, and only when it no longer names DRA (a switch,
 not an upgrade) deletes the node's slices of its driver, so the device plugin, which
-waits for them to go (accel_plugins.handover), never serves a device DRA still offers.
+waits for them to go (accel_plugins.switch), never serves a device DRA still offers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Node
 
 from accel_plugins.dra.driver import DraSettings
 from accel_plugins.dra.kube.api import ApiVersions
-from accel_plugins.handover.model import SwitchSettings
+from accel_plugins.switch.model import SwitchSettings
 
 log = logging.getLogger("accel_plugins.dra.run")
 

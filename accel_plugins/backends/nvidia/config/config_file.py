@@ -93,7 +93,7 @@ from accel_plugins.backends.nvidia.config.settings import (
     ResourcePattern,
     TimeSlicing,
 )
-from accel_plugins.configfields import plain_kind
+from accel_plugins.util.configfields import plain_kind
 
 # The keys of NVIDIA's structs (api/config/v1), in NVIDIA's order.
 _TOP = ("version", "flags", "resources", "sharing", "imex")
@@ -447,6 +447,8 @@ def _say_what_nvidia_ignores(
 
 
 def load_config_file(path: Path, *, strict: bool = False) -> FileConfig:
-    from accel_plugins import yamlfile  # PyYAML only when there is a file: not on --simulate alone
+    from accel_plugins.util import (
+        yamlfile,  # PyYAML only when there is a file: not on --simulate alone
+    )
 
     return parse_config(yamlfile.load(path, "config file"), str(path), strict=strict)

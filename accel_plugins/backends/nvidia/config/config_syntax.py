@@ -28,8 +28,8 @@ import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 
-from accel_plugins.configfields import at, plain_kind
 from accel_plugins.errors import ConfigError
+from accel_plugins.util.configfields import at, plain_kind
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from accel_plugins.backends.nvidia.errors import NvmlError
 from accel_plugins.backends.nvidia.labels.label_facts import LabelNvml, read_label_facts
 from accel_plugins.backends.nvidia.labels.node_labels import Sharing, node_labels, render
 from accel_plugins.backends.nvidia.nvml import Nvml, session
-from accel_plugins.nfd import write_feature_file
 from accel_plugins.plugin.backend import Backend
 from accel_plugins.plugin.command import BackendFactory
+from accel_plugins.util.nfd import write_feature_file
 
 log = logging.getLogger(__name__)
 

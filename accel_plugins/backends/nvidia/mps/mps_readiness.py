@@ -23,7 +23,7 @@ from pathlib import Path
 from accel_plugins.backends.nvidia.mps.mps_lock import daemon_alive
 from accel_plugins.backends.nvidia.mps.mps_root import MpsRoot
 from accel_plugins.errors import BackendError
-from accel_plugins.plugin.watch import DirEvent, DirWatcher, InotifyError
+from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
 

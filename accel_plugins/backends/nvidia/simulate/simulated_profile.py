@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accel_plugins.backends.nvidia.allocation.pair_score import parse_link
-from accel_plugins.configfields import Fields
+from accel_plugins.util.configfields import Fields
 
 _MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb$")
 _UUID_NAMESPACE = uuid.UUID("6c1b1a9e-8f1e-4b8a-9d6e-3a3f4f0c2b71")
@@ -265,6 +265,6 @@ def _parse_event(r: Fields, item: object, field: str, gpus: Sequence[SimGpu]) ->
 
 def load_profile_file(path: Path) -> NodeProfile:
     """Read a YAML profile, naming the file in every error."""
-    from accel_plugins import yamlfile  # PyYAML only for a profile file, not a built-in one
+    from accel_plugins.util import yamlfile  # PyYAML only for a profile file, not a built-in one
 
     return parse_profile(yamlfile.load(path, "simulated node"), name=path.stem, source=str(path))

@@ -1,0 +1,73 @@
+"""An emulation of the kubelet's device manager and a client for plugin sockets.
+
+It speaks only the public device plugin API (v1beta1) and never imports the
+plugin framework or a backend, so it can face any vendor's plugin. DRA drivers
+its plugin watcher finds are registered in ``Kubelet.dra`` and called through
+:class:`DraClient` (the kubelet's DRA plugin API, v1 and v1beta1).
+"""
+
+from accel_plugins.kubelet_emulator.allocation import AllocationRecord
+from accel_plugins.kubelet_emulator.client import PluginClient
+from accel_plugins.kubelet_emulator.dra import (
+    DraClaim,
+    DraClaimResult,
+    DraClient,
+    DraDevice,
+    DraDeviceHealth,
+    DraDrivers,
+)
+from accel_plugins.kubelet_emulator.emulator import Kubelet, serve
+from accel_plugins.kubelet_emulator.errors import (
+    AllocationConflictError,
+    CheckpointError,
+    InsufficientDevicesError,
+    InvalidPluginAnswerError,
+    KubeletError,
+    PluginCallError,
+    ResourceUnavailableError,
+    UnknownResourceError,
+)
+from accel_plugins.kubelet_emulator.model import (
+    HEALTHY,
+    UNHEALTHY,
+    ContainerResponse,
+    DeviceSpec,
+    DeviceState,
+    MountSpec,
+    PluginOptions,
+)
+from accel_plugins.kubelet_emulator.names import SUPPORTED_VERSIONS
+from accel_plugins.kubelet_emulator.registration import Registration, Rejection
+from accel_plugins.kubelet_emulator.state import ResourceView
+
+__all__ = [
+    "HEALTHY",
+    "SUPPORTED_VERSIONS",
+    "UNHEALTHY",
+    "AllocationConflictError",
+    "AllocationRecord",
+    "CheckpointError",
+    "ContainerResponse",
+    "DeviceSpec",
+    "DeviceState",
+    "DraClaim",
+    "DraClaimResult",
+    "DraClient",
+    "DraDevice",
+    "DraDeviceHealth",
+    "DraDrivers",
+    "InsufficientDevicesError",
+    "InvalidPluginAnswerError",
+    "Kubelet",
+    "KubeletError",
+    "MountSpec",
+    "PluginCallError",
+    "PluginClient",
+    "PluginOptions",
+    "Registration",
+    "Rejection",
+    "ResourceUnavailableError",
+    "ResourceView",
+    "UnknownResourceError",
+    "serve",
+]
