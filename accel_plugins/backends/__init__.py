@@ -1,1 +1,5 @@
-"""Vendor backends: each one describes devices and never speaks gRPC."""
+"""The built-in vendor backends: NVIDIA (NVML) and generic ``/dev`` nodes (udev).
+
+Each describes devices and answers hooks through :mod:`accel_plugins.plugin` alone, as a
+third-party backend does: never grpc, the runtime, a mode or another backend.
+"""

@@ -17,7 +17,7 @@ import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from accel_plugins.deviceplugin.lifecycle import ResourcePlugin
 from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend
+from accel_plugins.plugin.command import BackendFactory
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.capabilities import Capabilities
@@ -35,8 +36,8 @@ from accel_plugins.runtime.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.runtime.reload_status import ReloadStatus
 from accel_plugins.runtime.server import ServeError, socket_name
-from accel_plugins.runtime.snapshot import check_snapshot
 from accel_plugins.runtime.status import PluginStatus
+from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
 from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 # (0777 less the umask otherwise: world-writable under umask 0). Existing ones are left alone.
 PLUGIN_DIR_MODE = 0o750
 
-BackendFactory = Callable[[], Backend]
-
 # How a resource gets registered: by calling Register on kubelet.sock, or by serving
 # the kubelet's plugin watcher a registration socket in plugins_registry_dir.
 RegistrationMode = Literal["kubelet", "plugin-watcher"]
@@ -56,26 +55,17 @@ REGISTRATION_MODES: tuple[str, ...] = get_args(RegistrationMode)
 
 
 @dataclass(frozen=True, slots=True)
-class ManagerSettings:
-    """How the manager reaches the kubelet. Paths are parameters so tests use temp dirs."""
+class ManagerSettings(RuntimeSettings):
+    """How the manager reaches the kubelet. Paths are parameters so tests use temp dirs.
+
+    Supervision, the hook deadline and retry pacing are the fields both modes share
+    (:class:`~accel_plugins.runtime.supervisor.RuntimeSettings`).
+    """
 
     plugin_dir: Path = DEFAULT_PLUGIN_DIR
     kubelet_socket: Path | None = None  # default: <plugin_dir>/kubelet.sock
     socket_prefix: str = ""  # before <domain>_<name>.sock (server.socket_name)
     register_timeout: float = 5.0
-    backoff_initial: float = 0.1
-    backoff_max: float = 5.0
-    # Socket checks: every check_interval without inotify (exotic filesystems);
-    # with it, only check_interval after a resource failed to serve.
-    check_interval: float = 5.0
-    # A backend that crashes, returns, or cannot be built is rebuilt after
-    # backend_restart_delay, doubling up to backend_restart_max; a run that
-    # lasted backend_stable_after resets the delay.
-    backend_restart_delay: float = 1.0
-    backend_restart_max: float = 30.0
-    backend_stable_after: float = 60.0
-    # Deadline of each backend hook call (allocate, preferred allocation, pre-start).
-    hook_timeout: float = 10.0
     registration: RegistrationMode = "kubelet"
     # Where the kubelet's plugin watcher looks for sockets (registration="plugin-watcher").
     plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
@@ -103,7 +93,7 @@ class _Event(enum.Enum):
     CHECK = "check"
     RELOAD = "reload"
     BACKEND_DIED = "backend-died"
-    BACKEND_START = "backend-start"
+    BACKEND_STARTED = "backend-started"
     STOP = "stop"
 
 
@@ -128,13 +118,8 @@ class Manager:
         self._tree: DeviceTree = {}
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._pending: set[_Event] = set()
-        self._backend: Backend | None = None
-        self._backend_task: asyncio.Task[None] | None = None
+        self._supervisor = Supervisor(backend_factory, settings, self)
         self._capabilities = Capabilities(hook_timeout=settings.hook_timeout)
-        self._restart_backoff = Backoff(
-            settings.backend_restart_delay, settings.backend_restart_max
-        )
-        self._backend_started = 0.0
         self._fatal: InvalidSnapshotError | None = None
         self._stopped = asyncio.Event()
         self._running = False
@@ -159,7 +144,7 @@ class Manager:
         watcher = self._watch()
         cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
         self._kubelet_restarts.checked(self._kubelet_identity())
-        self._restart_backend()
+        supervisor = asyncio.create_task(self._supervisor.run(), name="backend supervisor")
         # Without inotify a timer stands in for the events; with it, an idle
         # plugin does not wake up at all.
         checker = (
@@ -184,7 +169,9 @@ class Manager:
                 watcher.close()
             if cordon_watch is not None:
                 cordon_watch.close()
-            await self._stop_backend()
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
             for plugin in list(self._plugins.values()):
                 await plugin.stop()
             self._plugins.clear()
@@ -219,7 +206,7 @@ class Manager:
     @property
     def backend(self) -> Backend | None:
         """The backend running now (None before the first and between restarts)."""
-        return self._backend
+        return self._supervisor.backend
 
     async def problems(self, timeout: float = 1.0) -> list[str]:
         """What keeps a resource from working: not served, not registered, not answering."""
@@ -248,8 +235,8 @@ class Manager:
             await self._reload()
         elif event is _Event.BACKEND_DIED:
             await self._on_backend_died()
-        elif event is _Event.BACKEND_START:
-            self._restart_backend()
+        elif event is _Event.BACKEND_STARTED:
+            await self._use_capabilities()
 
     def _watch(self) -> DirWatcher | None:
         kubelet_socket = self.settings.kubelet_socket_path
@@ -335,7 +322,7 @@ class Manager:
 
     async def _apply(self, tree: DeviceTree) -> None:
         if self._cordons is not None:
-            tree = self._cordons.apply(tree, self._backend)
+            tree = self._cordons.apply(tree, self._supervisor.backend)
         self._served = tree
         self.health.observe(tree)
         for resource in sorted(set(self._plugins) - set(tree)):
@@ -399,91 +386,40 @@ class Manager:
             metrics=self._metrics,
         )
 
-    # -- backend ---------------------------------------------------------------
+    # -- backend (BackendEvents: the supervisor tells the manager) -------------------
 
-    def _start_backend(self, backend: Backend) -> None:
-        self._backend = backend
-        self._backend_started = asyncio.get_running_loop().time()
+    def backend_started(self, backend: Backend) -> None:
         self._capabilities = Capabilities.of(backend, hook_timeout=self.settings.hook_timeout)
+        self._post(_Event.BACKEND_STARTED)
 
-        def publish(tree: DeviceTree) -> None:
-            if self._backend is not backend or self._fatal is not None:
-                return  # late snapshots of a replaced backend are dropped
-            try:
-                check_snapshot(tree, self._tree)
-            except InvalidSnapshotError as exc:
-                # Logged by whoever reports run()'s error (the CLI: exit 2).
-                self._fatal = exc
-                self._post(_Event.STOP)
-                return
-            self._tree = tree
-            self._post(_Event.TREE)
+    def tree_published(self, tree: DeviceTree) -> None:
+        self._tree = tree
+        self._post(_Event.TREE)
 
-        task = asyncio.create_task(backend.run(publish), name="backend")
-        task.add_done_callback(self._on_backend_done)
-        self._backend_task = task
-
-    def _on_backend_done(self, task: asyncio.Task[None]) -> None:
-        if task is not self._backend_task or task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error(
-                "backend crashed: %r; devices marked unhealthy until it is back", exc, exc_info=exc
-            )
-        else:
-            log.error("backend stopped unexpectedly; restarting it")
+    def backend_died(self) -> None:
         self._post(_Event.BACKEND_DIED)
 
-    async def _stop_backend(self) -> None:
-        task, self._backend_task = self._backend_task, None
-        self._backend = None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def snapshot_invalid(self, error: InvalidSnapshotError) -> None:
+        # Logged by whoever reports run()'s error (the CLI: exit 2).
+        self._fatal = error
+        self._post(_Event.STOP)
 
     async def _on_backend_died(self) -> None:
         self._metrics.backend_restarted()
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._backend_started >= self.settings.backend_stable_after:
-            self._restart_backoff.reset()
-        self._backend, self._backend_task = None, None
         # Nobody watches the hardware now: say so rather than keep promising health.
         self._tree = {resource: all_unhealthy(devices) for resource, devices in self._tree.items()}
         await self._apply(self._tree)
-        delay = self._restart_backoff.next_delay()
-        log.info("rebuilding the backend in %.1fs", delay)
-        loop.call_later(delay, self._post, _Event.BACKEND_START)
 
-    def _restart_backend(self) -> None:
-        try:
-            backend = self._factory()
-        except Exception as exc:
-            # Vendor code: whatever it raises, the manager and its other state live on.
-            log.error(
-                "cannot build the backend: %s", exc, exc_info=not isinstance(exc, AccelPluginsError)
-            )
-            self._backend_started = asyncio.get_running_loop().time()
-            self._post(_Event.BACKEND_DIED)
-            return
-        self._start_backend(backend)
-
-    async def _reload(self) -> None:
-        try:
-            backend = self._factory()
-        except Exception as exc:
-            log.error(
-                "reload failed, keeping the running configuration: %s",
-                exc,
-                exc_info=not isinstance(exc, AccelPluginsError),
-            )
-            self._reloads = self._reloads.failed(str(exc))
-            return
-        log.info("configuration reloaded")
-        self._reloads = self._reloads.succeeded(time.time())
-        await self._stop_backend()
-        self._start_backend(backend)
+    async def _use_capabilities(self) -> None:
+        """Every resource calls the running backend's hooks (a new one after a restart
+        or reload); one whose options changed is served and registered again."""
         for plugin in self._plugins.values():
             if plugin.set_capabilities(self._capabilities):
                 await plugin.restart(RestartReason.OPTIONS_CHANGED)
+
+    async def _reload(self) -> None:
+        problem = self._supervisor.reload()
+        if problem is None:
+            self._reloads = self._reloads.succeeded(time.time())
+        else:
+            self._reloads = self._reloads.failed(problem)

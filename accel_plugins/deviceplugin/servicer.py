@@ -4,18 +4,17 @@ Holds the resource's current devices, fans every change out to all open
 ListAndWatch streams and answers the unary RPCs. Request problems become
 gRPC status codes with messages; nothing a caller sends can crash it.
 
-Backend hooks (allocate, preferred allocation, pre-start, CDI specs) are vendor code we
-do not control, so each call follows one rule: it runs in a worker thread,
-off the event loop, within ``Capabilities.hook_timeout`` (else
-DEADLINE_EXCEEDED); AllocationError is a refusal of the request, HookError
-carries the status the backend chose, anything else is INTERNAL. Each failure
-is logged once here and the resource keeps serving.
+Backend hooks (allocate, preferred allocation, pre-start, CDI specs) go through the
+runtime's one hook rule (:mod:`accel_plugins.runtime.hooks`): a worker thread, the hook
+deadline, the same error mapping and log line as in DRA mode. Here a failure becomes
+the gRPC status it names, and the resource keeps serving.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -26,10 +25,11 @@ import grpc
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.deviceplugin.convert import device_message, fill_container_response
-from accel_plugins.errors import AllocationError, HookError
+from accel_plugins.errors import AllocationError
 from accel_plugins.plugin import allocation
 from accel_plugins.plugin.device import ContainerAllocation, Device
 from accel_plugins.runtime.capabilities import Capabilities
+from accel_plugins.runtime.hooks import HookFailedError, HookRunner
 from accel_plugins.runtime.recorder import NO_METRICS, AllocationFailure, PluginMetrics
 
 log = logging.getLogger(__name__)
@@ -39,16 +39,6 @@ KUBELET_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 _T = TypeVar("_T")
 _AnyContext = grpc.aio.ServicerContext[Any, Any]
-
-
-class _HookFailedError(Exception):
-    """A backend hook failed; carries the status for the caller to count, then abort with."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, *, refused: bool) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.refused = refused  # the backend said no (vs. broke or timed out)
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
@@ -236,8 +226,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 devices,
                 refused=grpc.StatusCode.FAILED_PRECONDITION,
             )
-        except _HookFailedError as failure:
-            await context.abort(failure.code, failure.message)
+        except HookFailedError as failure:
+            await context.abort(grpc.StatusCode[failure.code], failure.message)
         return pb.PreStartContainerResponse()
 
     # -- helpers -------------------------------------------------------------
@@ -263,32 +253,11 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         *args: Any,
         refused: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT,
     ) -> _T:
-        """Call a backend hook by the fault rule (see the module docstring).
-
-        Raises _HookFailedError with the status to answer; the failure is logged here.
-        """
-        timeout = self.capabilities.hook_timeout
-        try:
-            return await asyncio.wait_for(asyncio.to_thread(call, self.resource, *args), timeout)
-        except AllocationError as exc:
-            raise _HookFailedError(refused, str(exc), refused=True) from None
-        except HookError as exc:
-            log.warning("resource %s: %s hook refused: %s (%s)", self.resource, name, exc, exc.code)
-            message = f"resource {self.resource}: {exc}"
-            raise _HookFailedError(grpc.StatusCode[exc.code], message, refused=True) from None
-        except TimeoutError:
-            # The worker thread cannot be stopped; it finishes (or hangs) on its own.
-            log.error(
-                "resource %s: %s hook did not return within %gs", self.resource, name, timeout
-            )
-            message = f"resource {self.resource}: {name} did not answer within {timeout:g}s"
-            raise _HookFailedError(
-                grpc.StatusCode.DEADLINE_EXCEEDED, message, refused=False
-            ) from None
-        except Exception as exc:
-            log.exception("resource %s: %s hook failed", self.resource, name)
-            message = f"resource {self.resource}: {name} failed: {exc!r}"
-            raise _HookFailedError(grpc.StatusCode.INTERNAL, message, refused=False) from None
+        """Call a backend hook by the runtime's rule; HookFailedError says what to answer."""
+        runner = HookRunner(self.capabilities.hook_timeout)
+        return await runner.call(
+            name, self.resource, functools.partial(call, self.resource, *args), refused=refused.name
+        )
 
     async def _guard(self, context: _AnyContext, work: Callable[[], _T]) -> _T:
         """Run request handling; bad input → INVALID_ARGUMENT, a backend bug → INTERNAL."""
@@ -300,8 +269,8 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     async def _guarded(self, context: _AnyContext) -> AsyncIterator[None]:
         try:
             yield
-        except _HookFailedError as failure:
-            await context.abort(failure.code, failure.message)
+        except HookFailedError as failure:
+            await context.abort(grpc.StatusCode[failure.code], failure.message)
         except AllocationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:
@@ -322,22 +291,22 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         else:
             try:
                 result = await self._hook("allocate", hook.allocate, devices)
-            except _HookFailedError as failure:
+            except HookFailedError as failure:
                 reason = (
                     AllocationFailure.BACKEND_REFUSED
                     if failure.refused
                     else AllocationFailure.BACKEND_ERROR
                 )
                 self.metrics.allocation_failed(self.resource, reason)
-                await context.abort(failure.code, failure.message)
+                await context.abort(grpc.StatusCode[failure.code], failure.message)
         keeper = self.capabilities.cdi_keeper
         if keeper is not None:
             # The answer may name CDI devices: their specs must be on disk first.
             try:
                 await self._hook("ensure_cdi_specs", keeper.ensure_cdi_specs)
-            except _HookFailedError as failure:
+            except HookFailedError as failure:
                 self.metrics.allocation_failed(self.resource, AllocationFailure.BACKEND_ERROR)
-                await context.abort(failure.code, failure.message)
+                await context.abort(grpc.StatusCode[failure.code], failure.message)
         self.metrics.allocated(self.resource, len(devices))
         return result
 

@@ -27,26 +27,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from accel_plugins.dra.capabilities import NONE as NO_CAPABILITIES
+from accel_plugins.dra.capabilities import DraCapabilities
 from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
 from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.registration_socket import DraRegistrationServicer, registration_socket_name
 from accel_plugins.dra.service import DraServer
-from accel_plugins.errors import AccelPluginsError, ConfigError, InvalidSnapshotError
-from accel_plugins.plugin.backend import Allocator, Backend, Warmer, cdi_keeper
+from accel_plugins.errors import ConfigError, InvalidSnapshotError
+from accel_plugins.plugin.backend import Backend, Warmer
 from accel_plugins.plugin.cdi import DEFAULT_SPEC_DIR
+from accel_plugins.plugin.command import BackendFactory
 from accel_plugins.plugin.device import Device, DeviceTree
-from accel_plugins.plugin.dra_config import DraConfigAllocator
-from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
-from accel_plugins.plugin.dra_shares import DraSharedUnits
-from accel_plugins.plugin.dra_taints import DraTaintKeyer, TaintId, taint_of
+from accel_plugins.plugin.dra_names import dra_device_name
+from accel_plugins.plugin.dra_taints import TaintId, taint_of
 from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.runtime.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, RegistrationServer
 from accel_plugins.runtime.server import ServeError
-from accel_plugins.runtime.snapshot import check_snapshot
+from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
 from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
 
@@ -56,8 +57,6 @@ DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 SOCKET_NAME = "dra.sock"
 CHECKPOINT_NAME = "checkpoint.json"
 DIR_MODE = 0o750
-
-BackendFactory = Callable[[], Backend]
 
 
 def _default_name(_resource: str, device: Device) -> str | None:
@@ -79,8 +78,12 @@ def driver_name_problem(name: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class DraSettings:
-    """Where the driver meets the kubelet. Paths are parameters so tests use temp dirs."""
+class DraSettings(RuntimeSettings):
+    """Where the driver meets the kubelet. Paths are parameters so tests use temp dirs.
+
+    Supervision, the hook deadline and retry pacing are the fields both modes share
+    (:class:`~accel_plugins.runtime.supervisor.RuntimeSettings`).
+    """
 
     driver_name: str
     node_name: str
@@ -88,14 +91,7 @@ class DraSettings:
     plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
     cdi_spec_dir: Path = DEFAULT_SPEC_DIR
     boot_id_path: Path = BOOT_ID_PATH  # tells a reboot apart from a plugin restart
-    hook_timeout: float = 10.0
     health_refresh: float = 10.0
-    backoff_initial: float = 0.1
-    backoff_max: float = 5.0
-    backend_restart_delay: float = 1.0
-    backend_restart_max: float = 30.0
-    backend_stable_after: float = 60.0
-    check_interval: float = 5.0  # socket checks where inotify is missing
 
     def __post_init__(self) -> None:
         problem = driver_name_problem(self.driver_name)
@@ -140,10 +136,9 @@ class DraDriver:
         self.settings = settings
         self._slices = slices
         self._inventory = Inventory(hook_timeout=settings.hook_timeout)
-        self._namer: DraNamer | None = None
+        self._dra = NO_CAPABILITIES  # the running backend's, looked up once in _use
         self._tree: DeviceTree = {}
-        self._backend: Backend | None = None
-        self._backend_task: asyncio.Task[None] | None = None
+        self._supervisor = Supervisor(factory, settings, self)
         self._fatal: InvalidSnapshotError | None = None
         self._stop = asyncio.Event()
         # Run on stop while the sockets still serve, after slice publishing stopped: the
@@ -186,7 +181,7 @@ class DraDriver:
     @property
     def backend(self) -> Backend | None:
         """The backend running now (None before the first and between restarts)."""
-        return self._backend
+        return self._supervisor.backend
 
     # -- public ------------------------------------------------------------------
 
@@ -197,8 +192,7 @@ class DraDriver:
             directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
         watcher = self._watch()
         cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
-        tasks = [asyncio.create_task(self._run_backends(None), name="backend")]
-        self._backend_task = tasks[0]
+        tasks = [asyncio.create_task(self._supervisor.run(), name="backend supervisor")]
         if self._slices is not None:
             tasks.append(asyncio.create_task(self._publish_slices(), name="slices"))
         if watcher is None:
@@ -225,13 +219,11 @@ class DraDriver:
                 cordon_watch.close()
             if self._reoffer is not None:
                 self._reoffer.cancel()
-            for task in [*tasks, self._backend_task]:
-                if task is not None:
-                    task.cancel()
-            for task in [*tasks, self._backend_task]:
-                if task is not None:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if self.before_unserve is not None:
                 if self._slices is not None:
                     await self._slices.close()  # no repair of what the hook deletes
@@ -252,19 +244,7 @@ class DraDriver:
 
     def reload(self) -> None:
         """Build the backend again from its configuration (SIGHUP); a failure keeps the old."""
-        try:
-            backend = self._factory()
-        except Exception as exc:
-            log.error(
-                "reload failed, keeping the running configuration: %s",
-                exc,
-                exc_info=not isinstance(exc, AccelPluginsError),
-            )
-            return
-        log.info("configuration reloaded")
-        if self._backend_task is not None:
-            self._backend_task.cancel()
-        self._backend_task = asyncio.create_task(self._run_backends(backend), name="backend")
+        self._supervisor.reload()
 
     async def wait_registered(self) -> None:
         """Return once the kubelet's plugin watcher has registered the driver."""
@@ -287,85 +267,52 @@ class DraDriver:
         """Load ahead, in worker threads, what the first Prepare would load on the way
         (the file-writing helpers, the backend's allocate modules: see Warmer)."""
         await asyncio.to_thread(importlib.import_module, "tempfile")  # atomic_write_text's
-        backend = self._backend
+        backend = self._supervisor.backend
         if isinstance(backend, Warmer):
             try:
                 await asyncio.to_thread(backend.warm)
             except Exception:
                 log.exception("warming the backend up failed; its first calls load what they need")
 
-    async def _run_backends(self, first: Backend | None) -> None:
-        """Run the backend, rebuilding it with backoff whenever it crashes or returns."""
-        settings = self.settings
-        loop = asyncio.get_running_loop()
-        backoff = Backoff(settings.backend_restart_delay, settings.backend_restart_max)
-        backend = first
-        while True:
-            started = loop.time()
-            if backend is None:
-                try:
-                    backend = self._factory()
-                except Exception as exc:
-                    log.error(
-                        "cannot build the backend: %s",
-                        exc,
-                        exc_info=not isinstance(exc, AccelPluginsError),
-                    )
-            if backend is not None:
-                self._use(backend)
-                try:
-                    await backend.run(functools.partial(self._publish, backend))
-                    log.error("backend stopped unexpectedly; restarting it")
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.error("backend crashed: %r; devices unhealthy until it is back", exc)
-            backend = None
-            self._backend = None
-            # Nobody watches the hardware now: say so rather than keep promising health.
-            self._on_tree({r: all_unhealthy(ds) for r, ds in self._raw.items()})
-            if loop.time() - started >= settings.backend_stable_after:
-                backoff.reset()
-            delay = backoff.next_delay()
-            log.info("rebuilding the backend in %.1fs", delay)
-            await asyncio.sleep(delay)
-
     def _taint_of(self, resource: str, device: Device) -> TaintId:
-        keyer = self._backend if isinstance(self._backend, DraTaintKeyer) else None
-        return taint_of(self.settings.driver_name, keyer, resource, device)
+        return taint_of(self.settings.driver_name, self._dra.keyer, resource, device)
 
-    def _use(self, backend: Backend) -> None:
-        self._backend = backend
-        self._namer = backend if isinstance(backend, DraNamer) else None
-        allocator = backend if isinstance(backend, Allocator) else None
-        configurer = backend if isinstance(backend, DraConfigAllocator) else None
+    # -- BackendEvents: what the supervisor tells the driver ------------------------
+
+    def backend_started(self, backend: Backend) -> None:
+        dra = self._dra = DraCapabilities.of(backend)
         self._inventory = Inventory(
             self._inventory.devices,
-            allocator,
+            dra.allocator,
             self.settings.hook_timeout,
-            cdi_keeper(backend),
-            configurer,
+            dra.cdi_keeper,
+            dra.configurer,
         )
 
-    def _publish(self, backend: Backend, tree: DeviceTree) -> None:
-        if backend is not self._backend or self._fatal is not None:
-            return  # a replaced backend's late tree
-        try:
-            check_snapshot(tree, self._raw)
-        except InvalidSnapshotError as exc:
-            self._fatal = exc
-            self._stop.set()
-            return
+    def tree_published(self, tree: DeviceTree) -> None:
         self._on_tree(tree)
+
+    def backend_died(self) -> None:
+        self._dra = NO_CAPABILITIES
+        # Nobody watches the hardware now: say so rather than keep promising health.
+        self._on_tree({r: all_unhealthy(ds) for r, ds in self._raw.items()})
+
+    def snapshot_invalid(self, error: InvalidSnapshotError) -> None:
+        self._fatal = error
+        self._stop.set()
+
+    @property
+    def capabilities(self) -> DraCapabilities:
+        """The running backend's DRA capabilities (none between backends)."""
+        return self._dra
 
     def _on_tree(self, tree: DeviceTree) -> None:
         self._raw = tree
         if self._cordons is not None:
-            tree = self._cordons.apply(tree, self._backend, _default_name)
+            tree = self._cordons.apply(tree, self._supervisor.backend, _default_name)
         self._tree = tree
-        sharer = self._backend if isinstance(self._backend, DraSharedUnits) else None
         # Shared devices' names too: where the slices offer a device for several claims.
-        named = with_shared_units(device_names(tree, self._namer), sharer)
+        named = with_shared_units(device_names(tree, self._dra.namer), self._dra.sharer)
         self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self.health.observe(tree)

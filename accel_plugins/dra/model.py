@@ -31,7 +31,15 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class ClaimError(AccelPluginsError):
-    """One claim cannot be prepared; its message goes in that claim's ``error``."""
+    """One claim cannot be prepared; its message goes in that claim's ``error``.
+
+    ``logged`` is true when the failure was logged where it happened (a backend hook,
+    by the runtime's hook rule), so the claim's own line is not written again.
+    """
+
+    def __init__(self, message: str, *, logged: bool = False) -> None:
+        super().__init__(message)
+        self.logged = logged
 
 
 @dataclass(frozen=True)

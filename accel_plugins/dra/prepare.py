@@ -34,17 +34,16 @@ from accel_plugins.dra.model import (
     OpaqueConfig,
 )
 from accel_plugins.dra.spec_guard import SpecGuard
-from accel_plugins.errors import AllocationError, HookError
 from accel_plugins.plugin import allocation
 from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec
 from accel_plugins.plugin.device import ContainerAllocation, Device
 from accel_plugins.plugin.dra_config import (
     ClaimParameters,
-    ClaimParametersError,
     DraConfigAllocator,
 )
 from accel_plugins.plugin.dra_taints import TaintId
+from accel_plugins.runtime.hooks import HookFailedError, HookRunner
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +276,8 @@ class Preparer:
             if claim.spec_text is None and claim.spec_file is not None:
                 log.info("claim %s (%s): %s; preparing it again", ref.name, ref.uid, exc)
                 return None
-            log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+            if not exc.logged:
+                log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
             return str(exc)
         return claim
 
@@ -285,7 +285,8 @@ class Preparer:
         try:
             return await self._build(ref)
         except ClaimError as exc:
-            log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
+            if not exc.logged:
+                log.warning("claim %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
             return str(exc)
         except Exception as exc:
             # The API side or a backend hook failed in a way nobody planned for: this
@@ -421,18 +422,10 @@ class Preparer:
 
         else:
             return allocation.merge(devices)
-        timeout = inventory.hook_timeout
         try:
-            # Vendor code: off the event loop, with the framework's deadline.
-            return await asyncio.wait_for(asyncio.to_thread(call), timeout)
-        except ClaimParametersError as exc:
-            raise ClaimError(str(exc)) from None
-        except (AllocationError, HookError) as exc:
-            raise ClaimError(f"resource {resource}: {exc}") from None
-        except TimeoutError:
-            raise ClaimError(
-                f"resource {resource}: allocate did not answer within {timeout:g}s"
-            ) from None
+            return await HookRunner(inventory.hook_timeout).call("allocate", resource, call)
+        except HookFailedError as exc:
+            raise ClaimError(exc.message, logged=exc.logged) from None
 
     def _remove_spec(self, spec_file: str | None) -> None:
         if spec_file is not None:

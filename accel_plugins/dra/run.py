@@ -13,14 +13,16 @@ import contextlib
 import importlib
 import logging
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from accel_plugins.dra.attribution import ClaimAttribution
-from accel_plugins.dra.driver import BackendFactory, DraDriver, DraSettings
+from accel_plugins.dra.capabilities import NONE as NO_CAPABILITIES
+from accel_plugins.dra.capabilities import RunningCapabilities
+from accel_plugins.dra.driver import DraDriver, DraSettings
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.kube.cordon import node_cordons
 from accel_plugins.kube.events import node_events
@@ -30,11 +32,7 @@ from accel_plugins.metrics.collectors import (
     HealthReasonCollector,
 )
 from accel_plugins.metrics.server import MetricsServer
-from accel_plugins.plugin.device import Device
-from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
-from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
-from accel_plugins.plugin.dra_shares import DraSharedUnits
-from accel_plugins.plugin.dra_taints import DraTaintKeyer
+from accel_plugins.plugin.command import BackendFactory
 from accel_plugins.runtime.config_watch import watch_configs
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.switch.metrics import HandoverCollector
@@ -89,65 +87,26 @@ async def serve_dra(
     registry = CollectorRegistry(auto_describe=False)
     driver: DraDriver | None = None
 
-    def describe(resource: str, device: Device) -> DraDeviceInfo:
-        # The backend running now: it is rebuilt after a crash and on SIGHUP.
-        backend = driver.backend if driver is not None else None
-        if isinstance(backend, DraDescriber):
-            return backend.dra_device(resource, device)
-        return DraDeviceInfo()
-
-    class RunningNamer:
-        """The running backend's DraNamer, so that the slices carry the names the kubelet
-        side maps allocation results back through (driver.py); the default otherwise."""
-
-        def dra_device_name(self, resource: str, device: Device) -> str | None:
-            backend = driver.backend if driver is not None else None
-            if isinstance(backend, DraNamer):
-                return backend.dra_device_name(resource, device)
-            return dra_device_name(device.id)
-
-    class RunningKeyer:
-        """The running backend's DraTaintKeyer; the default key otherwise."""
-
-        def dra_taint_key(self, resource: str, device: Device) -> str | None:
-            backend = driver.backend if driver is not None else None
-            if isinstance(backend, DraTaintKeyer):
-                return backend.dra_taint_key(resource, device)
-            return None
-
+    # The running backend's DRA capabilities, looked up once per backend by the driver
+    # (it is rebuilt after a crash and on SIGHUP); the defaults between backends.
+    running_backend = RunningCapabilities(
+        lambda: driver.capabilities if driver is not None else NO_CAPABILITIES
+    )
     # Asked once, by whichever side needs it first.
     apis = kube.ApiVersions(client, node=settings.node_name)
-
-    class RunningCounters:
-        """The running backend's DraCounterSets; none otherwise."""
-
-        def dra_counter_sets(self) -> Mapping[str, Mapping[str, int]]:
-            backend = driver.backend if driver is not None else None
-            if isinstance(backend, DraCounterSets):
-                return backend.dra_counter_sets()
-            return {}
-
-    class RunningSharer:
-        """The running backend's DraSharedUnits; no shared devices otherwise."""
-
-        def dra_shared_unit(self, resource: str, device: Device) -> str | None:
-            backend = driver.backend if driver is not None else None
-            if isinstance(backend, DraSharedUnits):
-                return backend.dra_shared_unit(resource, device)
-            return None
 
     slices = kube.KubeSlicePublisher(
         client,
         driver=settings.driver_name,
         node=settings.node_name,
-        describe=describe,
-        namer=RunningNamer(),
+        describe=running_backend.dra_device,
+        namer=running_backend,
         registry=registry,
         taints=device_taints,
-        keyer=RunningKeyer(),
+        keyer=running_backend,
         api=apis,
-        counters=RunningCounters(),
-        sharer=RunningSharer(),
+        counters=running_backend,
+        sharer=running_backend,
         shares=shared_devices,
     )
     claims = kube.KubeClaimSource(client, apis)

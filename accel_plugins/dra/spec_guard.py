@@ -13,6 +13,7 @@ undefined turns the answer into the claim's error.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Collection
 from pathlib import Path
@@ -22,6 +23,7 @@ from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.model import ClaimError
 from accel_plugins.plugin.backend import CdiSpecKeeper
 from accel_plugins.runtime.cdi_defined import DefinedDevices
+from accel_plugins.runtime.hooks import HookFailedError, HookRunner
 
 log = logging.getLogger(__name__)
 
@@ -60,20 +62,19 @@ class SpecGuard:
         self, keeper: CdiSpecKeeper | None, resources: Collection[str], timeout: float
     ) -> None:
         """Let the backend write again its specs for ``resources`` (vendor code: off the
-        loop, with the hook deadline); ClaimError when it fails."""
+        loop, by the runtime's hook rule); ClaimError when it fails."""
         if keeper is None:
             return  # no backend running now: the check below says what is missing
+        hooks = HookRunner(timeout)
         for resource in sorted(resources):
             try:
-                await asyncio.wait_for(
-                    asyncio.to_thread(keeper.ensure_cdi_specs, resource), timeout
+                await hooks.call(
+                    "ensure_cdi_specs",
+                    resource,
+                    functools.partial(keeper.ensure_cdi_specs, resource),
                 )
-            except TimeoutError:
-                raise ClaimError(
-                    f"resource {resource}: writing its CDI specs did not end within {timeout:g}s"
-                ) from None
-            except Exception as exc:
-                raise ClaimError(f"resource {resource}: {exc}") from None
+            except HookFailedError as exc:
+                raise ClaimError(exc.message, logged=exc.logged) from None
 
     async def check_defined(self, cdi_ids: Collection[str]) -> None:
         """ClaimError naming every CDI name no spec in the directory defines now."""

@@ -210,7 +210,7 @@ async def inspect_plugin(
     then PreStartContainer on them with ``pre_start`` (when the plugin requires it).
     ``node`` is the name of the node this runs on, reported as given. With ``metrics``
     (the plugin's metrics address) the Unhealthy devices' reasons are read from there
-    (inspect_reasons.py); a plugin without them is reported as before."""
+    (inspector/reasons.py); a plugin without them is reported as before."""
     socket = Path(socket)
     if allocate < 0:
         raise InspectError(f"--allocate must be 0 or more, got {allocate}")

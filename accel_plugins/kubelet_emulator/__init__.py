@@ -1,9 +1,14 @@
-"""An emulation of the kubelet's device manager and a client for plugin sockets.
+"""The kubelet emulator: the kubelet's device manager, DRA manager and plugin watcher, emulated.
 
-It speaks only the public device plugin API (v1beta1) and never imports the
-plugin framework or a backend, so it can face any vendor's plugin. DRA drivers
-its plugin watcher finds are registered in ``Kubelet.dra`` and called through
-:class:`DraClient` (the kubelet's DRA plugin API, v1 and v1beta1).
+For tests, the demo, ``accel-plugins kubelet`` and ``inspect`` (whose plugin client
+lives here). It speaks only the public kubelet APIs (device plugin v1beta1,
+pluginregistration v1, DRA v1 and v1beta1, PodResources v1) and never imports the
+framework, a mode or a backend, so it can face any vendor's plugin. DRA drivers its
+plugin watcher finds are registered in ``Kubelet.dra`` and called through
+:class:`DraClient`.
+
+May import: :mod:`accel_plugins.kube` (the API client, for claims), :mod:`accel_plugins.util`,
+``errors`` and ``api``. The product (runtime, modes, backends) never imports it.
 """
 
 from accel_plugins.kubelet_emulator.allocation import AllocationRecord

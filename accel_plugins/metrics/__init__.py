@@ -1,16 +1,19 @@
-"""Prometheus metrics and the health endpoint of a plugin process.
+"""Prometheus metrics and the health endpoint of a plugin process, in both modes.
 
-- ``recorder``: counters and histograms the framework feeds as things happen
+- ``plugin_metrics``: counters and histograms the framework feeds as things happen
   (allocations, RPC durations, registrations, restarts).
 - ``collectors``: series read at scrape time (devices, registration, streams,
   per-device health with pod attribution, the backend's own series).
 - ``exposition``: the text format; ``server``: /metrics and /healthz;
-  ``wiring``: all of it for one manager.
+  ``wiring``: all of it for one device-plugin manager (read through a Protocol).
 
 Everything goes into a registry the caller passes in, never the global one.
 The names below load on first use: ``accel_plugins.metrics.address`` (the
 flag's parser) must not bring prometheus_client onto a plugin's way to
 registration (issue 17).
+
+May import: :mod:`accel_plugins.runtime`, :mod:`accel_plugins.plugin`,
+:mod:`accel_plugins.util` and ``errors``. Never a mode or a backend.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
-"""The vendor-neutral device plugin framework: everything a backend author needs.
+"""The interface a backend implements, and everything a backend author imports.
 
-Data flows one way: a Backend publishes DeviceTree snapshots, the Manager diffs
-them and drives one gRPC server per resource. A backend describes devices
-(:class:`Device`), optionally answers the hooks (:class:`Allocator`,
+A backend describes devices (:class:`Device`) and publishes :class:`DeviceTree`
+snapshots; it optionally answers the hooks (:class:`Allocator`,
 :class:`PreferredAllocator`, :class:`PreStarter`, :class:`MetricsProvider`,
-:class:`CdiSpecKeeper`, :class:`Warmer`),
-and becomes ``accel-plugins <name>`` through a :class:`BackendCommand` named in
-the entry-point group :data:`ENTRY_POINT_GROUP`. Nothing here imports a backend
-or grpc at import time. See docs/writing-a-backend.md.
+:class:`CdiSpecKeeper`, :class:`Warmer`) and the DRA capabilities (``Dra*``), and
+becomes ``accel-plugins <name>`` through a :class:`BackendCommand` named in the
+entry-point group :data:`ENTRY_POINT_GROUP`. Either mode then serves it: the
+device plugin (:mod:`accel_plugins.deviceplugin`) or the DRA driver
+(:mod:`accel_plugins.dra`), both on :mod:`accel_plugins.runtime`.
+
+May import only :mod:`accel_plugins.util` and ``accel_plugins.errors``: never a
+mode, the runtime, a backend or grpc. See docs/writing-a-backend.md.
 """
 
 from typing import TYPE_CHECKING

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from accel_plugins.errors import AccelPluginsError
+from accel_plugins.errors import AllocationError
 from accel_plugins.plugin.device import ContainerAllocation, Device
 
 
@@ -28,8 +28,11 @@ class ClaimParameters:
     """The field path of the object (``status.allocation.devices.config[0].opaque.parameters``)."""
 
 
-class ClaimParametersError(AccelPluginsError):
-    """A claim's opaque parameters are invalid; the message names the field at fault."""
+class ClaimParametersError(AllocationError):
+    """A claim's opaque parameters are invalid; the message names the field at fault.
+
+    An AllocationError: the claim is refused as worded, never a fault of the backend.
+    """
 
     def __init__(self, where: str, field: str, reason: str) -> None:
         self.where = where

@@ -15,6 +15,9 @@ and helpers to use with them::
 
 Importing this package is cheap: the names that need grpc (everything but
 FakeHost) are loaded on first use.
+
+May import: the device-plugin mode, metrics, the runtime, the interface and the
+kubelet emulator; the product never imports it.
 """
 
 from __future__ import annotations

@@ -35,29 +35,23 @@ VENDOR_EXTRAS = {"nvidia": "backends/nvidia", "generic": "backends/generic"}
 AREAS = {
     **VENDOR_EXTRAS,
     "dra": "dra/kube",
-    "kubeclient": "kubeclient.py",
-    # Node Events about device health (both modes; skipped, saying so, without lightkube).
-    "kube_events": "kube_events.py",
-    # The cordon annotation's watch (only with API access; the cordon file needs none).
-    "kube_cordon": "kube_cordon.py",
-    # The optional API client both of those make (None, saying why, without lightkube).
-    "kube_access": "kube_access.py",
+    # The API-server adapters: the client, Node Events about device health (both modes;
+    # skipped, saying so, without lightkube), the cordon annotation's watch (only with
+    # API access; the cordon file needs none) and the optional client those make.
+    "kube": "kube",
     # The per-node switch's API side: the migrate command, and the DRA slices a device
     # plugin waits on (both need API access; the chart's switch runs the DRA image).
-    "migrate": "migrate.py",
-    "handover_slices": "handover/slices.py",
-    "claim_api": "kubelet/claim_api.py",
+    "migrate": "switch/migrate.py",
+    "switch_slices": "switch/slices.py",
+    "claim_api": "kubelet_emulator/claim_api.py",
     "testing": "testing",
 }
 # Areas that install with another's extra.
 EXTRA_OF = {
-    "kubeclient": "dra",
+    "kube": "dra",
     "claim_api": "dra",
-    "kube_events": "dra",
-    "kube_cordon": "dra",
-    "kube_access": "dra",
     "migrate": "dra",
-    "handover_slices": "dra",
+    "switch_slices": "dra",
 }
 
 # Top-level module -> the distribution that provides it.

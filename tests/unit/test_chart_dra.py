@@ -102,7 +102,7 @@ def test_rbac_is_least_privilege() -> None:
             "resources": ["resourceclaims"],
             "verbs": ["get", "watch"],
         },
-        # get: the slices' owner; list and watch: the cordon annotation (kube_cordon.py).
+        # get: the slices' owner; list and watch: the cordon annotation (kube/cordon.py).
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     ]
     binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]

@@ -127,7 +127,7 @@ async def test_the_account_can_post_node_events_and_no_more(
             refused.append(error.value.status.code)
         assert refused == [403, 403, 403]
 
-        # And it may follow its Node's cordon annotation (kube_cordon.py), as the plugin does.
+        # And it may follow its Node's cordon annotation (kube/cordon.py), as the plugin does.
         from accel_plugins.kube.cordon import follow_annotation
         from accel_plugins.runtime.cordon import ANNOTATION, Cordons
 
