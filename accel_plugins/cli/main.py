@@ -55,14 +55,8 @@ from accel_plugins.cli.flags import (
     build_parser,
     socket_path,
 )
-from accel_plugins.cli.serve import (
-    EXIT_CONFIG,
-    FREEZE_HEAP_AFTER,
-    METRICS_AFTER,
-    missing_modules,
-    run_backend,
-    serve,
-)
+from accel_plugins.cli.serve import EXIT_CONFIG, missing_modules, run_backend
+from accel_plugins.deviceplugin.run import FREEZE_HEAP_AFTER, METRICS_AFTER, serve
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.util.logs import fatal, setup_logging
 

@@ -14,7 +14,9 @@ import importlib
 import logging
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -45,7 +47,7 @@ API_SIDE = "accel_plugins.dra.kube"
 EXTRA_HINT = "pip install 'accel-plugins[dra]'"
 
 
-def api_side() -> Any:
+def api_side() -> ModuleType:
     """The API side's module; ConfigError naming the extra when its client is missing."""
     try:
         return importlib.import_module(API_SIDE)
@@ -55,6 +57,35 @@ def api_side() -> Any:
             "",
             f"needs the Kubernetes client ({exc.name} is not installed): {EXTRA_HINT}",
         ) from exc
+
+
+@dataclass(frozen=True)
+class DraMode:
+    """The DRA mode with everything it needs but the backend (see :func:`serve_dra`)."""
+
+    settings: DraSettings
+    kubeconfig: str | None
+    metrics_address: tuple[str, int] | None = None
+    config_files: Sequence[Path] = ()
+    device_taints: str = "auto"
+    shared_devices: str = "auto"
+    cordons: Cordons | None = None
+    handover: Handover | None = None
+    switch: SwitchSettings | None = None
+
+    async def serve(self, factory: BackendFactory) -> int:
+        return await serve_dra(
+            factory,
+            self.settings,
+            self.kubeconfig,
+            self.metrics_address,
+            self.config_files,
+            device_taints=self.device_taints,
+            shared_devices=self.shared_devices,
+            cordons=self.cordons,
+            handover=self.handover,
+            switch=self.switch,
+        )
 
 
 async def serve_dra(
