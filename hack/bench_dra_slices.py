@@ -29,7 +29,7 @@ def _units(count: int) -> DeviceTree:
 
 
 async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
-    from tests.envtest import EnvtestUnavailable, api_server, assets
+    from tests.support.envtest import EnvtestUnavailable, api_server, assets
 
     try:
         assets()

@@ -91,7 +91,7 @@ async def bench_inotify(rounds: int, workdir: Path) -> dict[str, list[float]]:
 
 
 async def bench_umockdev(rounds: int, workdir: Path) -> dict[str, list[float]]:
-    from tests.generic_fixtures import UmockdevHarness, umockdev_problem
+    from tests.fixtures.generic import UmockdevHarness, umockdev_problem
 
     problem = umockdev_problem()
     if problem:

@@ -13,7 +13,7 @@ random sets of free GPUs (seeded).
   node; goal: the slowest call <= 50 ms (max, not p99).
 - 16 GPUs with pairs of four different NVLink widths (less symmetry),
   informational.
-- The brute-force reference (tests/best_effort_reference.py) on the 8-GPU
+- The brute-force reference (tests/support/best_effort_reference.py) on the 8-GPU
   requests, informational, for comparison.
 """
 
@@ -46,7 +46,7 @@ from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml  # noqa: E402
 from accel_plugins.backends.nvidia.simulate.simulated_profile import parse_profile  # noqa: E402
 from accel_plugins.plugin.device import Device  # noqa: E402
-from tests.best_effort_reference import best_effort  # noqa: E402
+from tests.support.best_effort_reference import best_effort  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 GOAL_8_MS = 1.0

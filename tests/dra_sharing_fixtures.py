@@ -22,7 +22,7 @@ from accel_plugins.backends.nvidia.config.config import Overrides, load_config_f
 from accel_plugins.backends.nvidia.container_contract import generated_mig_minors
 from accel_plugins.backends.nvidia.mps.mps_lock import DaemonLock
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
-from tests.nvidia_fixtures import profile
+from tests.fixtures.nvidia import profile
 
 CONFIG = """\
     version: v1

@@ -24,7 +24,7 @@ from accel_plugins.util.flags import add_flag, parse_bool
 from accel_plugins.util.logs import LOG_FORMATS, LOG_LEVELS
 
 # The modules that define these import grpc or prometheus_client; their
-# equality is a test (tests/unit/test_cli_backends.py).
+# equality is a test (tests/unit/cli/test_cli_backends.py).
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 DEFAULT_METRICS_ADDRESS = ":9478"

@@ -31,8 +31,8 @@ from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.capabilities import Capabilities
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
+from accel_plugins.runtime.kubelet_paths import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.kubelet_restarts import KubeletRestarts
-from accel_plugins.runtime.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.runtime.reload_status import ReloadStatus
 from accel_plugins.runtime.server import ServeError, socket_name

@@ -45,7 +45,8 @@ from accel_plugins.plugin.dra_taints import TaintId, taint_of
 from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
-from accel_plugins.runtime.plugin_watcher import DEFAULT_PLUGINS_REGISTRY_DIR, RegistrationServer
+from accel_plugins.runtime.kubelet_paths import DEFAULT_PLUGINS_REGISTRY_DIR
+from accel_plugins.runtime.plugin_watcher import RegistrationServer
 from accel_plugins.runtime.server import ServeError
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
 from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE

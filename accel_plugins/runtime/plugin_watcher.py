@@ -18,9 +18,6 @@ from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from accel_plugins.runtime.server import SocketServer
 
-# Where the kubelet's plugin watcher looks for registration sockets.
-DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
-
 # (registered, error) as the kubelet sent them.
 StatusCallback = Callable[[bool, str], None]
 

@@ -126,6 +126,11 @@ class _CrashCounter(NoMetrics):
         self.backend_restarts += 1
 
 
+# Where the framework serving a backend logs: device-plugin mode and the shared runtime
+# (the supervisor's crash reports, the hook rule's failures).
+FRAMEWORK_LOGGERS = ("accel_plugins.deviceplugin", "accel_plugins.runtime", "accel_plugins.plugin")
+
+
 class _ErrorLog(logging.Handler):
     """Keeps the framework's ERROR lines (a backend crash and its traceback summary)."""
 
@@ -176,7 +181,8 @@ class ServedBackend:
         self._kubelet = kubelet
         self._recorder = recorder or _CrashCounter()
         self._errors = _ErrorLog()
-        logging.getLogger("accel_plugins.plugin").addHandler(self._errors)
+        for logger in FRAMEWORK_LOGGERS:
+            logging.getLogger(logger).addHandler(self._errors)
         self._pods = itertools.count()
         self._crash_raised = False
         self._stopped = False
@@ -422,7 +428,8 @@ class ServedBackend:
                     raise AssertionError("the manager did not stop within 10 s of stop()")
             self._raise_crash()
         finally:
-            logging.getLogger("accel_plugins.plugin").removeHandler(self._errors)
+            for logger in FRAMEWORK_LOGGERS:
+                logging.getLogger(logger).removeHandler(self._errors)
         if self.backend_restarts and not self.expect_crashes:
             lines = "\n  ".join(self._errors.lines[-5:]) or "(nothing logged)"
             raise AssertionError(

@@ -17,7 +17,7 @@ from accel_plugins.errors import ConfigError
 from accel_plugins.metrics import parse_address
 from accel_plugins.plugin.device import Device, tree
 from accel_plugins.util.logs import setup_logging
-from tests.framework_fixtures import ScriptedBackend
+from tests.fixtures.framework import ScriptedBackend
 
 
 def main() -> int:

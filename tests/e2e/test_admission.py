@@ -16,7 +16,7 @@ from accel_plugins.kubelet_emulator import Kubelet, PluginOptions, checkpoint
 from accel_plugins.kubelet_emulator.admission import PodAdmitter, render_admission
 from accel_plugins.kubelet_emulator.podspec import PodSpec, parse_pods
 from accel_plugins.kubelet_emulator.topology import BEST_EFFORT, NONE, RESTRICTED, SINGLE_NUMA_NODE
-from tests.kubelet_fixtures import RESOURCE, MakePlugin, register, widgets
+from tests.fixtures.kubelet import RESOURCE, MakePlugin, register, widgets
 
 PRE_START = PluginOptions(pre_start_required=True)
 PREFERRED = PluginOptions(get_preferred_allocation_available=True)

@@ -25,8 +25,8 @@ from tests.e2e.test_generic_plugin import SERIAL
 from tests.e2e.test_generic_plugin import factory as generic_factory
 from tests.e2e.test_nvidia_cdi import devices_on_disk
 from tests.e2e.test_nvidia_cdi import options as nvidia_options
-from tests.framework_fixtures import StartManager
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.framework import StartManager
+from tests.fixtures.generic import FakeHost
 
 Case = Callable[[Path, FakeHost], tuple[Callable[[], Backend], str]]
 

@@ -15,8 +15,8 @@ from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, tree
-from tests.cli_support import run_cli
-from tests.framework_fixtures import ScriptedBackend, StartManager
+from tests.fixtures.framework import ScriptedBackend, StartManager
+from tests.support.cli import run_cli
 
 WIDGET = "example.com/widget"
 

@@ -33,8 +33,6 @@ from lightkube.types import PatchType
 from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
 from accel_plugins.kubelet_emulator.dra import DraClaim
 from accel_plugins.testing import short_tempdir
-from tests.cli_support import run_cli_async
-from tests.dra_kube_fixtures import V1_34_TAINTS, ServerOf
 from tests.e2e.test_kubelet_admit_claims import (
     NVIDIA,
     allocated_claim,
@@ -43,9 +41,11 @@ from tests.e2e.test_kubelet_admit_claims import (
     stop,
     write_kubeconfig,
 )
-from tests.envtest import ApiServer
+from tests.fixtures.dra_kube import V1_34_TAINTS, ServerOf
 from tests.reliability.plugin_process import Node as PluginNode
 from tests.reliability.plugin_process import PluginProcesses, ready
+from tests.support.cli import run_cli_async
+from tests.support.envtest import ApiServer
 
 DRIVER = "gpu.nvidia.com"
 TIMEOUT = 30.0

@@ -15,8 +15,8 @@ from pathlib import Path
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.dra import SERVICE_V1, DraClaim
 from accel_plugins.testing import short_tempdir
-from tests.cli_support import free_port, http_get
 from tests.e2e.test_kubelet_admit_cli import fake_node
+from tests.support.cli import free_port, http_get
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "generic.accel-plugins.io"

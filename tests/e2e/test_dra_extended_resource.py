@@ -36,8 +36,6 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from accel_plugins.kubelet_emulator.dra import DraClaim, DraClient
 from accel_plugins.testing import short_tempdir
-from tests.chart_support import of_kind, render
-from tests.dra_kube_fixtures import V1_34_EXTENDED, NodeClient, ServerOf
 from tests.e2e.test_dra_scheduler import bound_to, schedulable
 from tests.e2e.test_kubelet_admit_claims import (
     NVIDIA,
@@ -47,11 +45,13 @@ from tests.e2e.test_kubelet_admit_claims import (
     published,
     readable_by_node,
 )
+from tests.fixtures.dra_kube import V1_34_EXTENDED, NodeClient, ServerOf
+from tests.support.chart import of_kind, render
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.envtest import ApiServer
+    from tests.support.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(180)
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

@@ -31,12 +31,12 @@ from accel_plugins.dra.model import AllocatedDevice, ClaimError, ClaimRef, devic
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.plugin.device import Device, DeviceNode, tree
 from accel_plugins.plugin.dra_names import dra_device_name
-from tests.cdi_fixtures import assert_valid_spec_file
-from tests.dra_kube_fixtures import (
+from tests.fixtures.dra_kube import (
     every_dra_version,  # noqa: F401 (the API server of each DRA version)
     resource_types,
     served,
 )
+from tests.support.cdi import assert_valid_spec_file
 
 DRIVER = "gpu.nvidia.com"
 POOL = "node-under-test"

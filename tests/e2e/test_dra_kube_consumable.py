@@ -36,12 +36,12 @@ from accel_plugins.dra.kube import KubeClaimSource, KubeSlicePublisher
 from accel_plugins.dra.model import ClaimRef, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.plugin.device import DeviceTree, tree
-from tests.cdi_fixtures import assert_valid_spec_file
-from tests.dra_kube_fixtures import V1_34, NodeClient, ServerKind, ServerOf, resource_types, served
 from tests.dra_sharing_fixtures import MPS, sharing_node
 from tests.e2e.test_dra_kube_slices import slices
-from tests.envtest import ApiServer
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.dra_kube import V1_34, NodeClient, ServerKind, ServerOf, resource_types, served
+from tests.fixtures.generic import FakeHost
+from tests.support.cdi import assert_valid_spec_file
+from tests.support.envtest import ApiServer
 
 DRIVER = "gpu.nvidia.com"
 V1_34_SHARES = ServerKind(

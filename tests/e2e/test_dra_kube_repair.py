@@ -28,12 +28,12 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.dra.kube import KubeSlicePublisher
 from accel_plugins.dra.kube.api import ResourceApi
 from accel_plugins.plugin.device import Device, DeviceTree, tree
-from tests.dra_kube_fixtures import (
+from tests.e2e.test_dra_kube_slices import devices_of, slices
+from tests.fixtures.dra_kube import (
     NodeClient,
     every_dra_version,  # noqa: F401 (the API server of each DRA version)
     served,
 )
-from tests.e2e.test_dra_kube_slices import devices_of, slices
 
 DRIVER = "repair.example.com"
 REPAIR_BOUND = 2.0  # the bound for a wiped node to have its slices back

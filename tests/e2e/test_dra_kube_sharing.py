@@ -32,13 +32,13 @@ from accel_plugins.dra.kube import KubeClaimSource
 from accel_plugins.dra.model import ClaimRef, NamedDevice, OpaqueConfig, device_names
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.plugin.device import tree
-from tests.cdi_fixtures import assert_valid_spec_file
-from tests.dra_kube_fixtures import (
+from tests.dra_sharing_fixtures import MPS, TIME_SLICED, gpu_config, mps_config, sharing_node
+from tests.fixtures.dra_kube import (
     every_dra_version,  # noqa: F401 (the API server of each DRA version)
     resource_types,
     served,
 )
-from tests.dra_sharing_fixtures import MPS, TIME_SLICED, gpu_config, mps_config, sharing_node
+from tests.support.cdi import assert_valid_spec_file
 
 DRIVER = "gpu.nvidia.com"
 POOL = "sharing-node"

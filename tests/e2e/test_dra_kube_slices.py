@@ -38,7 +38,7 @@ from accel_plugins.dra.kube.api import V1BETA1, ApiVersions
 from accel_plugins.plugin.device import Device, DeviceTree, Health, tree
 from accel_plugins.plugin.dra_attributes import DraVersion
 from accel_plugins.plugin.dra_names import dra_device_name
-from tests.dra_kube_fixtures import (
+from tests.fixtures.dra_kube import (
     V1_33,
     V1_34,
     V1_36,
@@ -47,7 +47,7 @@ from tests.dra_kube_fixtures import (
     resource_types,
     served,
 )
-from tests.nvidia_fixtures import RunNvidia, simulated_backend
+from tests.fixtures.nvidia import RunNvidia, simulated_backend
 
 GENERIC = "generic.accel-plugins.io"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import run_cli
+from tests.support.cli import run_cli
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from accel_plugins.plugin.backend import Publish
 from accel_plugins.plugin.device import ContainerAllocation, Device, DeviceTree, Health, tree
 from accel_plugins.runtime.capabilities import Capabilities
 from accel_plugins.runtime.recorder import NoMetrics
-from tests.framework_fixtures import ScriptedBackend, ServePlugin, StartManager
+from tests.fixtures.framework import ScriptedBackend, ServePlugin, StartManager
 
 WIDGET = "example.com/widget"
 GADGET = "example.com/gadget"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.demo.run import run_demo
-from tests.generic_fixtures import REPO, FakeHost
+from tests.fixtures.generic import REPO, FakeHost
 
 
 def workdir_of(output: str) -> Path:

@@ -195,7 +195,7 @@ async def backend_in_own_netns(
         "udev_control": str(control),
     }
     process = await asyncio.create_subprocess_exec(
-        *in_own_netns("-m", "tests.netns_backend", json.dumps(settings)),
+        *in_own_netns("-m", "tests.support.netns_backend", json.dumps(settings)),
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
     )

@@ -20,9 +20,9 @@ from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
 from accel_plugins.runtime.podresources import PodResourcesCache
-from tests.cdi_fixtures import assert_valid_spec_file
-from tests.framework_fixtures import StartManager
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.framework import StartManager
+from tests.fixtures.generic import FakeHost
+from tests.support.cdi import assert_valid_spec_file
 
 SERIAL = "accel-plugins.io/serial"
 KVM = "accel-plugins.io/kvm"

@@ -8,8 +8,8 @@ import textwrap
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.framework_fixtures import StartManager
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.framework import StartManager
+from tests.fixtures.generic import FakeHost
 
 RESOURCE = "accel-plugins.io/accel"
 

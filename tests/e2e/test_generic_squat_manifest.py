@@ -1,7 +1,7 @@
 """squat's shipped DaemonSet config, unchanged, through our generic plugin and the kubelet.
 
 The container args of squat's manifests/generic-device-plugin.yaml (five
-``--device`` documents, tests/squat_fixtures.py) run as they are:
+``--device`` documents, tests/support/squat.py) run as they are:
 ``accel-plugins generic <args>``, a process of its own; the same documents also
 become one config file's ``devices``. The node's /dev is a fake tree in tmp_path
 (``--dev-root``), the kubelet is the emulator, the calls are real gRPC over unix
@@ -23,11 +23,11 @@ from accel_plugins.backends.generic.config import load_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.model import DeviceSpec
-from tests.cdi_fixtures import assert_valid_spec_file
-from tests.cli_support import free_port, http_get
-from tests.framework_fixtures import StartManager
-from tests.generic_fixtures import FakeHost
-from tests.squat_fixtures import DAEMONSET_CONTAINER_ARGS, build_node_dev, squat_config_text
+from tests.fixtures.framework import StartManager
+from tests.fixtures.generic import FakeHost
+from tests.support.cdi import assert_valid_spec_file
+from tests.support.cli import free_port, http_get
+from tests.support.squat import DAEMONSET_CONTAINER_ARGS, build_node_dev, squat_config_text
 
 # What squat's plugin offers on that node: one serial per adapter, the camera,
 # FUSE and the sound directory ten times each, and the capture groups whose

@@ -1,7 +1,7 @@
 """Real libudev, fake hardware: the generic backend under umockdev.
 
 The backend runs in a child process under ``umockdev-wrapper`` (see
-tests/umockdev_harness.py), where libudev enumerates the testbed's sysfs and
+tests/support/umockdev_harness.py), where libudev enumerates the testbed's sysfs and
 receives its uevents over netlink. The anchor rescan is set to an hour, so
 every change seen here travelled as a uevent.
 """
@@ -15,7 +15,7 @@ import pytest
 
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.generic_fixtures import UmockdevHarness
+from tests.fixtures.generic import UmockdevHarness
 
 PCI = "/devices/pci0000:00/0000:00:14.0"
 CH340 = f"{PCI}/usb1/1-2"

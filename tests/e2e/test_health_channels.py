@@ -17,9 +17,9 @@ from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kube.events import node_events
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.generic_fixtures import FakeHost
-from tests.metrics_support import MetricsNode, promtool_check, series
-from tests.nvidia_fixtures import simulated_backend
+from tests.fixtures.generic import FakeHost
+from tests.fixtures.nvidia import simulated_backend
+from tests.support.metrics import MetricsNode, promtool_check, series
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -177,8 +177,8 @@ async def test_dra_mode_posts_the_same_events(
 ) -> None:
     from accel_plugins.plugin.device import Device, Health, tree
     from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
-    from tests.dra_plugin_fixtures import FakeClaims
-    from tests.framework_fixtures import ScriptedBackend
+    from tests.fixtures.dra_plugin import FakeClaims
+    from tests.fixtures.framework import ScriptedBackend
 
     gone = HealthReason(ReasonKind.NODE_VANISHED, "/dev/card1 is gone")
     scripted = ScriptedBackend(tree({SERIAL: [Device("card0"), Device("card1")]}))

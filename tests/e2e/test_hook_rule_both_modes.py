@@ -25,8 +25,8 @@ from accel_plugins.api import dra_v1_pb2 as v1
 from accel_plugins.errors import AllocationError, HookError
 from accel_plugins.plugin.device import ContainerAllocation, Device, tree
 from accel_plugins.runtime.capabilities import Capabilities
-from tests.dra_plugin_fixtures import FakeClaims, RunningDriver
-from tests.framework_fixtures import ScriptedBackend, ServePlugin
+from tests.fixtures.dra_plugin import FakeClaims, RunningDriver
+from tests.fixtures.framework import ScriptedBackend, ServePlugin
 
 RESOURCE = "example.com/card"
 HOOK_TIMEOUT = 0.2

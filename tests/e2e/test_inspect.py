@@ -20,8 +20,8 @@ from accel_plugins.inspector.command import (
 )
 from accel_plugins.kubelet_emulator import ContainerResponse, DeviceState, PluginOptions
 from accel_plugins.kubelet_emulator.client import unix_target
-from tests.cli_support import run_cli_async
-from tests.kubelet_fixtures import MakePlugin
+from tests.fixtures.kubelet import MakePlugin
+from tests.support.cli import run_cli_async
 
 DEVICES = [
     DeviceState("w0", numa_nodes=(0,)),

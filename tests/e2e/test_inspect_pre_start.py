@@ -10,8 +10,8 @@ import pytest
 
 from accel_plugins.inspector.command import InspectError, inspect_plugin, render_text
 from accel_plugins.kubelet_emulator import PluginOptions
-from tests.cli_support import run_cli_async
-from tests.kubelet_fixtures import MakePlugin, widgets
+from tests.fixtures.kubelet import MakePlugin, widgets
+from tests.support.cli import run_cli_async
 
 REQUIRED = PluginOptions(pre_start_required=True)
 

@@ -22,10 +22,10 @@ from accel_plugins.metrics import MetricsServer
 from accel_plugins.plugin.device import Device, Health, tree
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from accel_plugins.runtime.server import socket_name
-from tests.cli_support import run_cli_async
-from tests.framework_fixtures import ScriptedBackend
-from tests.kubelet_fixtures import MakePlugin
-from tests.metrics_support import MetricsNode
+from tests.fixtures.framework import ScriptedBackend
+from tests.fixtures.kubelet import MakePlugin
+from tests.support.cli import run_cli_async
+from tests.support.metrics import MetricsNode
 
 WIDGET = "example.com/widget"
 GADGET = "example.com/gadget"

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.kubelet_emulator import checkpoint
-from tests.cli_support import run_cli
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.generic import FakeHost
 from tests.reliability.plugin_process import ROOT
+from tests.support.cli import run_cli
 
 RESOURCE = "accel-plugins.io/accel"
 START_TIMEOUT = 30.0

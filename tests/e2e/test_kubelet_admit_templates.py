@@ -27,7 +27,6 @@ from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
 from accel_plugins.testing import short_tempdir
-from tests.dra_kube_fixtures import NodeClient
 from tests.e2e.test_kubelet_admit_claims import (
     GENERIC,
     TIMEOUT,
@@ -41,7 +40,8 @@ from tests.e2e.test_kubelet_admit_claims import (
     reserve,
     selected_device,
 )
-from tests.envtest import ApiServer
+from tests.fixtures.dra_kube import NodeClient
+from tests.support.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,8 +25,8 @@ from accel_plugins.kubelet_emulator.claims import (
 )
 from accel_plugins.kubelet_emulator.podspec import parse_pods
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
-from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims
-from tests.framework_fixtures import ScriptedBackend
+from tests.fixtures.dra_plugin import DRIVER, NODE, FakeClaims
+from tests.fixtures.framework import ScriptedBackend
 
 
 @dataclass

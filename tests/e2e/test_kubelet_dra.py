@@ -18,9 +18,9 @@ import pytest
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.dra import SERVICE_V1, SERVICE_V1BETA1, DraClaim, DraClient
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
-from tests.dra_plugin_fixtures import DRIVER, NODE, FakeClaims, RunningDriver
-from tests.framework_fixtures import ScriptedBackend
-from tests.plugin_watcher_fixtures import StubRegistrar, plugin_info
+from tests.fixtures.dra_plugin import DRIVER, NODE, FakeClaims, RunningDriver
+from tests.fixtures.framework import ScriptedBackend
+from tests.fixtures.plugin_watcher import StubRegistrar, plugin_info
 
 RESOURCE = "example.com/card"
 

@@ -18,8 +18,8 @@ from typing import Any
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.claims import ClaimPreparer, PodClaims
 from accel_plugins.plugin.device import Device, DeviceNode, tree
-from tests.dra_plugin_fixtures import DRIVER, FakeClaims, RunningDriver, SpecKeepingBackend
 from tests.e2e.test_kubelet_claim_preparer import TableReader, pod
+from tests.fixtures.dra_plugin import DRIVER, FakeClaims, RunningDriver, SpecKeepingBackend
 
 
 def cards(spec_dir: Path) -> SpecKeepingBackend:

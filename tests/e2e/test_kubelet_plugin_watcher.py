@@ -18,8 +18,8 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
 from accel_plugins.kubelet_emulator import Kubelet, PluginOptions
 from accel_plugins.testing import short_tempdir
-from tests.kubelet_fixtures import RESOURCE, MakePlugin, StubPlugin, widgets
-from tests.plugin_watcher_fixtures import StubRegistrar, plugin_info
+from tests.fixtures.kubelet import RESOURCE, MakePlugin, StubPlugin, widgets
+from tests.fixtures.plugin_watcher import StubRegistrar, plugin_info
 
 
 def connected(resource: str, devices: int) -> Callable[[Kubelet], bool]:

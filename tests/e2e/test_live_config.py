@@ -1,7 +1,7 @@
 """A changed config file reaches a running plugin process without a restart.
 
 Both backends, started as the ``accel-plugins`` command with their config in a
-ConfigMap volume (tests/configmap_volume.py swaps ``..data`` as the kubelet
+ConfigMap volume (tests/support/configmap_volume.py swaps ``..data`` as the kubelet
 does). Per case: allocate under config A; config B adds devices (the
 resource already held is neither re-registered nor re-sent); a broken file
 keeps B serving and shows in the log, the metrics and /healthz; config C
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.cli_support import free_port
-from tests.configmap_volume import ConfigMapVolume
-from tests.metrics_support import get, parse, series
+from tests.support.cli import free_port
+from tests.support.configmap_volume import ConfigMapVolume
+from tests.support.metrics import get, parse, series
 
 NULL = "accel-plugins.io/null"
 ZERO = "accel-plugins.io/zero"

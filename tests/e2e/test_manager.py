@@ -8,7 +8,7 @@ from pathlib import Path
 from accel_plugins.errors import ConfigError
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
-from tests.framework_fixtures import HookedBackend, LogWaiter, ScriptedBackend, StartManager
+from tests.fixtures.framework import HookedBackend, LogWaiter, ScriptedBackend, StartManager
 
 WIDGET = "example.com/widget"
 GADGET = "example.com/gadget"

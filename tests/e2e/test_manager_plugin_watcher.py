@@ -20,8 +20,8 @@ from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.client import unix_target
 from accel_plugins.plugin.device import Device, tree
 from accel_plugins.runtime.recorder import NoMetrics
-from tests.framework_fixtures import LogWaiter, ScriptedBackend
-from tests.metrics_support import MetricsNode, series
+from tests.fixtures.framework import LogWaiter, ScriptedBackend
+from tests.support.metrics import MetricsNode, series
 
 WIDGET = "example.com/widget"
 SOCKET_NAME = "example.com_widget.sock"

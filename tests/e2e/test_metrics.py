@@ -15,8 +15,8 @@ from accel_plugins.errors import AllocationError, ConfigError
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.metrics import parse_address
 from accel_plugins.plugin.device import ContainerAllocation, Device, Health, tree
-from tests.framework_fixtures import ScriptedBackend
-from tests.metrics_support import MetricsNode, series
+from tests.fixtures.framework import ScriptedBackend
+from tests.support.metrics import MetricsNode, series
 
 WIDGET = "example.com/widget"
 RES = ("resource", WIDGET)

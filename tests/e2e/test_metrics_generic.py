@@ -13,8 +13,8 @@ from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.generic_fixtures import FakeHost
-from tests.metrics_support import MetricsNode, Samples, promtool_check, series
+from tests.fixtures.generic import FakeHost
+from tests.support.metrics import MetricsNode, Samples, promtool_check, series
 
 SERIAL = "accel-plugins.io/serial"
 CONFIG = "devices: [{name: serial, groups: [{paths: [{path: /dev/ttyUSB*}]}]}]"

@@ -13,9 +13,9 @@ from accel_plugins.backends.nvidia.container_contract import generated_mig_minor
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulate.simulated_profile import SimEvent
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.cli_support import free_port
-from tests.metrics_support import MetricsNode, Samples, get, parse, promtool_check, series
-from tests.nvidia_fixtures import profile, settings, simulated_backend
+from tests.fixtures.nvidia import profile, settings, simulated_backend
+from tests.support.cli import free_port
+from tests.support.metrics import MetricsNode, Samples, get, parse, promtool_check, series
 
 GPU = "nvidia.com/gpu"
 SENSORS = (

@@ -23,8 +23,8 @@ from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec, CdiSpecWriter, ContainerEdits
 from accel_plugins.plugin.device import DeviceNode
 from accel_plugins.testing import FakeHost
-from tests.cdi_fixtures import assert_valid_spec_file, fake_driver_root
-from tests.framework_fixtures import StartManager
+from tests.fixtures.framework import StartManager
+from tests.support.cdi import assert_valid_spec_file, fake_driver_root
 
 VENDOR = "k8s.device-plugin.nvidia.com"
 

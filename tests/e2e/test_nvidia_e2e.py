@@ -19,8 +19,8 @@ from accel_plugins.backends.nvidia.config.config import (
 from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
 from accel_plugins.kubelet_emulator.model import DeviceSpec, MountSpec
 from accel_plugins.testing import FakeHost
-from tests.framework_fixtures import StartManager
-from tests.nvidia_fixtures import simulated_backend
+from tests.fixtures.framework import StartManager
+from tests.fixtures.nvidia import simulated_backend
 
 GPU = "nvidia.com/gpu"
 

@@ -4,7 +4,7 @@ NVIDIA's ``internal/imex/imex.go`` (GetChannels) looks for
 ``/dev/nvidia-caps-imex-channels/channel<N>`` under the dev root and at its own
 path; a missing one is an error when ``imex.required`` is set (NVIDIA's plugin
 exits 1; a configuration error exits 2 here), else it is skipped with a warning
-(tests/unit/test_nvidia_container_contract.py). Each row names where the IDs come
+(tests/unit/backends/nvidia/test_nvidia_container_contract.py). Each row names where the IDs come
 from: the flags or the config file, and the error names that source.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_support import run_cli
+from tests.support.cli import run_cli
 
 
 @pytest.mark.parametrize(

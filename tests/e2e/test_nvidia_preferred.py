@@ -15,8 +15,8 @@ import pytest
 from accel_plugins.backends.nvidia.config.config import share_all
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.allocation import prefer_fewest_numa_nodes
-from tests.framework_fixtures import StartManager
-from tests.nvidia_fixtures import simulated_backend
+from tests.fixtures.framework import StartManager
+from tests.fixtures.nvidia import simulated_backend
 
 GPU = "nvidia.com/gpu"
 STEPS = 80

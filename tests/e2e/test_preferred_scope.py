@@ -19,7 +19,7 @@ from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
 from accel_plugins.runtime.capabilities import Capabilities
 from accel_plugins.runtime.recorder import NoMetrics
-from tests.framework_fixtures import HookedBackend, ScriptedBackend
+from tests.fixtures.framework import HookedBackend, ScriptedBackend
 
 WIDGET = "example.com/widget"
 

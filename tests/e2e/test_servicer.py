@@ -15,7 +15,7 @@ from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.deviceplugin.servicer import KUBELET_MAX_MESSAGE_BYTES
 from accel_plugins.plugin.device import Device, DeviceNode, Health
 from accel_plugins.runtime.capabilities import Capabilities
-from tests.framework_fixtures import HookedBackend, ServePlugin
+from tests.fixtures.framework import HookedBackend, ServePlugin
 
 
 def devices(n: int, *, numa: bool = True) -> dict[str, Device]:

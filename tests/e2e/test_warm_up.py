@@ -25,8 +25,8 @@ from accel_plugins.cli.main import serve
 from accel_plugins.deviceplugin.manager import ManagerSettings
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, DeviceTree, tree
-from tests.dra_plugin_fixtures import FakeClaims
-from tests.framework_fixtures import ScriptedBackend, TreeRecorder
+from tests.fixtures.dra_plugin import FakeClaims
+from tests.fixtures.framework import ScriptedBackend, TreeRecorder
 
 RESOURCE = "example.com/card"
 

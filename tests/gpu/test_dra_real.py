@@ -22,7 +22,6 @@ from lightkube.resources.resource_v1 import DeviceClass
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
 from accel_plugins.testing import short_tempdir
-from tests.dra_kube_fixtures import NodeClient
 from tests.e2e.test_dra_kube_slices import attrs
 from tests.e2e.test_kubelet_admit_claims import (
     TIMEOUT,
@@ -37,7 +36,8 @@ from tests.e2e.test_kubelet_admit_claims import (
     published,
     readable_by_node,
 )
-from tests.envtest import ApiServer
+from tests.fixtures.dra_kube import NodeClient
+from tests.support.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(180)
 

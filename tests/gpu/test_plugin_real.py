@@ -23,11 +23,11 @@ import pytest
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.cdi_fixtures import assert_valid_spec_file, schema_dir
-from tests.cli_support import free_port
-from tests.metrics_support import get, parse, series
 from tests.reliability.plugin_process import START_TIMEOUT, Node, PluginProcesses, ready
 from tests.reliability.test_mps_process import CONFIG as MPS_CONFIG
+from tests.support.cdi import assert_valid_spec_file, schema_dir
+from tests.support.cli import free_port
+from tests.support.metrics import get, parse, series
 
 GPU = "nvidia.com/gpu"
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"

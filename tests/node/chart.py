@@ -1,7 +1,7 @@
 """charts/accel-plugins installed on the test node as ``helm install`` would.
 
 No helm binary reaches these machines: the chart is rendered by the Helm v4 SDK (the
-engine helm runs, tests/chart_support.py), then applied the way helm v4 applies a
+engine helm runs, tests/support/chart.py), then applied the way helm v4 applies a
 release: server-side apply (its default from v4 on), objects in helm's install order
 (kubernetes' kinds in the order of helm's pkg/release/v1/util/kind_sorter.go InstallOrder,
 cluster-wide RBAC before the workloads that use it), each annotated
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.chart_support import CHART, helm_sdk
+from tests.support.chart import CHART, helm_sdk
 
 if TYPE_CHECKING:
     from lightkube import Client

@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.chart_support import ROOT
 from tests.node import dra, plugins
 from tests.node.chart import Release, installed
 from tests.node.cluster import Node, NodeStartError, NodeUnavailable, running_node
 from tests.node.images import ImageUnavailable, write_test_image
+from tests.support.chart import ROOT
 
 if TYPE_CHECKING:
     from lightkube import Client

@@ -6,9 +6,9 @@ import time
 import urllib.request
 from typing import TYPE_CHECKING
 
-from tests.metrics_support import Samples, parse, series
 from tests.node import plugins
 from tests.node.chart import Release
+from tests.support.metrics import Samples, parse, series
 
 if TYPE_CHECKING:
     from lightkube import Client

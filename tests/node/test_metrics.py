@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.metrics_support import Samples, series
 from tests.node import dra, plugins
 from tests.node.chart import Release
 from tests.node.kubelet_state import allocations
 from tests.node.metrics import await_holder, plugin_pod_ip, scrape
 from tests.node.pods import NAMESPACE, pod, pod_log, seen_env, show_devices
+from tests.support.metrics import Samples, series
 
 if TYPE_CHECKING:
     from lightkube import Client

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.generic_fixtures import FakeHost
+from tests.fixtures.generic import FakeHost
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 20.0  # a cold interpreter importing grpc on a busy 2-core machine

@@ -32,8 +32,8 @@ from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.backends.nvidia.simulate.simulated_profile import load_profile_file
 from accel_plugins.errors import AccelPluginsError, ConfigError
-from tests.cli_support import run_cli
 from tests.reliability.config_fuzz_support import documents
+from tests.support.cli import run_cli
 
 FUZZ = settings(
     max_examples=150,

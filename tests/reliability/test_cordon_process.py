@@ -18,8 +18,8 @@ import pytest
 
 from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
 from accel_plugins.runtime.server import socket_name
-from tests.cli_support import free_port, http_get, run_cli_async
 from tests.reliability.plugin_process import START_TIMEOUT, Node, PluginProcesses, ready
+from tests.support.cli import free_port, http_get, run_cli_async
 
 RESOURCE = "nvidia.com/gpu"
 

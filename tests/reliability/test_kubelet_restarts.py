@@ -15,7 +15,7 @@ import pytest
 
 from accel_plugins.kubelet_emulator import InsufficientDevicesError, Kubelet, PluginClient
 from accel_plugins.plugin.device import Device, tree
-from tests.framework_fixtures import ScriptedBackend, StartManager
+from tests.fixtures.framework import ScriptedBackend, StartManager
 from tests.reliability.process_usage import Usage, usage
 
 WIDGET = "example.com/widget"

@@ -22,8 +22,8 @@ from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
 from accel_plugins.backends.nvidia.simulate.simulate import SimulatedNvml
 from accel_plugins.deviceplugin.manager import Manager
 from accel_plugins.kubelet_emulator import Kubelet
-from tests.framework_fixtures import StartManager
-from tests.nvidia_fixtures import settings, watching
+from tests.fixtures.framework import StartManager
+from tests.fixtures.nvidia import settings, watching
 
 GPU = "nvidia.com/gpu"
 GPUS = 4

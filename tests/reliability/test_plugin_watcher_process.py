@@ -18,7 +18,6 @@ import pytest
 
 from accel_plugins.kubelet_emulator import Kubelet, PluginClient
 from accel_plugins.runtime.server import socket_name
-from tests.cli_support import run_cli
 from tests.reliability.plugin_process import (
     START_TIMEOUT,
     Node,
@@ -28,6 +27,7 @@ from tests.reliability.plugin_process import (
     our_sockets,
     ready,
 )
+from tests.support.cli import run_cli
 
 NODES = [
     pytest.param(lambda root: nvidia_node("dgx-h100", devices=8), id="nvidia-simulated"),

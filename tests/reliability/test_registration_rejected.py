@@ -26,7 +26,7 @@ from accel_plugins.kubelet_emulator.registration import (
     RegistrationServicer,
 )
 from accel_plugins.plugin.device import Device, tree
-from tests.framework_fixtures import ScriptedBackend, StartManager
+from tests.fixtures.framework import ScriptedBackend, StartManager
 
 WIDGET = "example.com/widget"
 INITIAL, MAXIMUM = 0.05, 0.4

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
 from accel_plugins.plugin.device import Device, DeviceNode, Health
 from accel_plugins.runtime.capabilities import Capabilities
-from tests.framework_fixtures import HookedBackend, Served, ServePlugin
+from tests.fixtures.framework import HookedBackend, Served, ServePlugin
 
 T = TypeVar("T")
 DEADLINE = 5.0

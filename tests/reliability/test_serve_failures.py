@@ -14,7 +14,7 @@ from pathlib import Path
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
 from accel_plugins.runtime.server import socket_name
-from tests.framework_fixtures import LogWaiter, ScriptedBackend, StartManager
+from tests.fixtures.framework import LogWaiter, ScriptedBackend, StartManager
 
 RESOURCES = ["example.com/a", "example.com/b", "example.com/c"]
 

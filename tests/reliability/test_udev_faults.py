@@ -16,8 +16,8 @@ from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.generic.discovery import device_id
 from accel_plugins.kubelet_emulator import Kubelet, PluginCallError, PluginClient
 from accel_plugins.runtime.podresources import PodResourcesCache
-from tests.framework_fixtures import StartManager
-from tests.generic_fixtures import FakeHost, UmockdevHarness
+from tests.fixtures.framework import StartManager
+from tests.fixtures.generic import FakeHost, UmockdevHarness
 from tests.reliability.process_usage import usage
 
 SERIAL = "accel-plugins.io/serial"

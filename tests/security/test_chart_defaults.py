@@ -2,7 +2,7 @@
 
 Each documented phrase is paired with the rendered fact it promises, for every
 DaemonSet the chart makes by default and with every backend on: if the README
-or the chart drifts, one of the pairs fails. (tests/unit/test_chart_security.py
+or the chart drifts, one of the pairs fails. (tests/unit/chart/test_chart_security.py
 checks the full securityContext for each CI values file.)
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chart_support import Obj, ci_values, container, mounts, of_kind, render
+from tests.support.chart import Obj, ci_values, container, mounts, of_kind, render
 
 README = Path(__file__).resolve().parents[2] / "docs" / "install.md"
 WRITABLE = {"/var/lib/kubelet/device-plugins", "/var/run/cdi", "/var/lib/accel-plugins"}

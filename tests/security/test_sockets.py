@@ -17,7 +17,7 @@ import pytest
 
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.plugin.device import Device, tree
-from tests.framework_fixtures import ScriptedBackend, StartManager
+from tests.fixtures.framework import ScriptedBackend, StartManager
 
 WIDGET = "example.com/widget"
 

@@ -3,7 +3,7 @@
 Cheap to import: ``accel-plugins --help`` loads it to list the backend. pyudev,
 YAML and the backend itself are imported inside :func:`build`. The defaults
 below mirror constants of the heavy modules (backend.py, health.py,
-monitor.py); tests/unit/test_cli_backends.py keeps them equal.
+monitor.py); tests/unit/cli/test_cli_backends.py keeps them equal.
 
 Every flag has an environment twin (``--dev-root`` / ``ACCEL_PLUGINS_DEV_ROOT``).
 squat's generic-device-plugin's flags are taken as it spells them (its config.go,

@@ -3,7 +3,7 @@
 Cheap to import: ``accel-plugins --help`` loads it to list the backend. NVML,
 YAML and the backend itself are imported inside :func:`build`. The choices
 below mirror constants of the heavy modules (config.py, container_contract.py,
-builtin_profiles.py); tests/unit/test_cli_backends.py keeps them equal.
+builtin_profiles.py); tests/unit/cli/test_cli_backends.py keeps them equal.
 
 Every flag of NVIDIA's plugin (``cmd/nvidia-device-plugin/main.go``) is here
 under NVIDIA's name and aliases, with NVIDIA's variables (``MIG_STRATEGY``,

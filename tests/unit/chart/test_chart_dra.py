@@ -1,0 +1,276 @@
+"""kubeletApi: dra: the DRA DaemonSets, their ServiceAccount and least-privilege RBAC, and
+the DeviceClasses; the device-plugin mode renders none of it. The last tests apply the
+rendered RBAC and DeviceClasses to a real kube-apiserver (CEL compiled at create time) and
+act as the ServiceAccount."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, cast
+
+import pytest
+
+from tests.support.chart import (
+    NAMESPACE,
+    RELEASE,
+    Obj,
+    ci_values,
+    container,
+    daemonset,
+    helm_sdk,
+    mounts,
+    of_kind,
+    render,
+)
+
+if TYPE_CHECKING:
+    from lightkube import AsyncClient
+
+    from tests.support.envtest import ApiServer
+
+PLUGINS = "/var/lib/kubelet/plugins"
+REGISTRY = "/var/lib/kubelet/plugins_registry"
+CDI = "/var/run/cdi"
+ACCOUNT = f"{RELEASE}-accel-plugins-dra"
+DRA_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass")
+
+
+@pytest.fixture(autouse=True)
+def _helm() -> None:
+    helm_sdk()
+
+
+@pytest.mark.parametrize(
+    ("backend", "driver"),
+    [
+        pytest.param("nvidia", "gpu.nvidia.com", id="nvidia"),
+        pytest.param("generic", "generic.accel-plugins.io", id="generic"),
+    ],
+)
+def test_dra_daemonsets_run_the_driver(backend: str, driver: str) -> None:
+    ds = daemonset(render(ci_values("dra")), backend)
+    spec = ds["spec"]["template"]["spec"]
+    plugin = container(ds)
+    args = plugin["args"]
+    for flag in (
+        "--kubelet-api=dra",
+        f"--dra-driver-name={driver}",
+        f"--kubelet-plugins-dir={PLUGINS}",
+        f"--dra-cdi-spec-dir={CDI}",
+    ):
+        assert flag in args
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == (ACCOUNT, True)
+    env = {e["name"]: e for e in plugin["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["ACCEL_PLUGINS_PLUGINS_REGISTRY_DIR"]["value"] == REGISTRY
+    found = mounts(ds)
+    for path in (PLUGINS, REGISTRY, CDI):
+        _, read_only, volume = found[path]
+        assert not read_only
+        assert volume["hostPath"] == {"path": path, "type": "DirectoryOrCreate"}
+    # Nothing of the device-plugin API: no device-plugins socket dir, no pod resources.
+    assert "/var/lib/kubelet/device-plugins" not in found
+    assert "/var/lib/kubelet/pod-resources" not in found
+    # A DRA driver serves /metrics and /healthz (503 until the kubelet registered it),
+    # as a device plugin does: the same port, probe and Service.
+    assert plugin["ports"] == [{"name": "metrics", "containerPort": 9478, "protocol": "TCP"}]
+    assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert {"name": "ACCEL_PLUGINS_METRICS_ADDRESS", "value": ":9478"} in plugin["env"]
+
+
+def test_dra_pods_without_metrics_have_no_port_or_probe() -> None:
+    values = ci_values("dra") | {"metrics": {"enabled": False}}
+    for backend in ("nvidia", "generic"):
+        plugin = container(daemonset(render(values), backend))
+        assert "ports" not in plugin
+        assert "livenessProbe" not in plugin
+
+
+def test_rbac_is_least_privilege() -> None:
+    objects = render(ci_values("dra"))
+    role = of_kind(objects, "ClusterRole")[ACCOUNT]  # health Events have their own (health-rbac)
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["create", "get", "list", "watch", "update", "delete"],
+        },
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims"],
+            "verbs": ["get", "watch"],
+        },
+        # get: the slices' owner; list and watch: the cordon annotation (kube/cordon.py).
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    ]
+    binding = of_kind(objects, "ClusterRoleBinding")[ACCOUNT]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == ACCOUNT
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}
+    ]
+    assert list(of_kind(objects, "ServiceAccount")) == [ACCOUNT]
+
+
+def test_a_device_class_per_device_kind() -> None:
+    classes = of_kind(render(ci_values("dra")), "DeviceClass")
+    expressions = {
+        name: [s["cel"]["expression"] for s in c["spec"]["selectors"]]
+        for name, c in classes.items()
+    }
+    gpu = 'device.driver == "gpu.nvidia.com" && device.attributes["gpu.nvidia.com"]'
+    generic = (
+        'device.driver == "generic.accel-plugins.io" && '
+        'device.attributes["generic.accel-plugins.io"]'
+    )
+    assert expressions == {
+        "gpu.nvidia.com": [f'{gpu}.type == "gpu"'],
+        "mig.nvidia.com": [f'{gpu}.type == "mig"'],
+        "extended-gpu.nvidia.com": [f'{gpu}.resource == "nvidia.com/gpu"'],
+        "serial.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/serial"'],
+        "fuse.accel-plugins.io": [f'{generic}.resource == "accel-plugins.io/fuse"'],
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "classes"),
+    [
+        pytest.param({"dra": {"deviceClasses": False}}, set(), id="device-classes-off"),
+        pytest.param(
+            {"nvidia": {"draDriverName": "gpu.example.com"}},
+            {"gpu.nvidia.com", "mig.nvidia.com", "extended-gpu.nvidia.com"},
+            id="custom-driver-name",
+        ),
+    ],
+)
+def test_device_class_options(values: dict[str, Any], classes: set[str]) -> None:
+    objects = render({"kubeletApi": "dra", **values})
+    found = of_kind(objects, "DeviceClass")
+    assert set(found) == classes
+    driver = values.get("nvidia", {}).get("draDriverName")
+    if driver:
+        assert f"--dra-driver-name={driver}" in container(daemonset(objects, "nvidia"))["args"]
+        assert all(driver in str(c["spec"]) for c in found.values())
+
+
+@pytest.mark.parametrize("name", ["defaults", "metrics", "plugin-watcher", "generic-only"])
+def test_device_plugin_mode_renders_nothing_of_dra(name: str) -> None:
+    objects = render(ci_values(name))
+    # The health Events' account and roles are not DRA's (test_chart_health.py).
+    health = ("-health-events", "-plugin")
+    assert not [
+        o for o in objects if o["kind"] in DRA_KINDS and not o["metadata"]["name"].endswith(health)
+    ]
+    for ds in of_kind(objects, "DaemonSet").values():
+        assert not any(a.startswith("--kubelet-api") for a in container(ds)["args"])
+        assert PLUGINS not in mounts(ds)
+
+
+def test_one_cdi_mount_when_device_plugin_cdi_shares_the_directory() -> None:
+    values = {"kubeletApi": "dra", "nvidia": {"deviceListStrategy": "cdi-cri"}}
+    ds = daemonset(render(values), "nvidia")
+    paths = [m["mountPath"] for m in container(ds)["volumeMounts"]]
+    assert paths.count(CDI) == 1
+
+
+# -- against a real API server ----------------------------------------------------------
+
+
+def _dra_objects() -> list[Obj]:
+    return [o for o in render(ci_values("dra")) if o["kind"] in DRA_KINDS]
+
+
+async def _apply(kube: AsyncClient, objects: list[Obj]) -> None:
+    from lightkube import codecs
+    from lightkube.core.resource import GlobalResource
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    from accel_plugins.dra.kube.client import FIELD_MANAGER
+
+    namespace = Namespace(metadata=ObjectMeta(name=NAMESPACE))
+    await kube.apply(namespace, field_manager=FIELD_MANAGER)
+    for obj in objects:
+        resource = cast("GlobalResource", codecs.from_dict(obj))  # namespaced ones name theirs
+        await kube.apply(resource, field_manager=FIELD_MANAGER)
+
+
+@pytest.fixture
+async def applied(kube: AsyncClient) -> AsyncIterator[None]:
+    """The rendered DRA objects applied; the DeviceClasses deleted after (other tests
+    of the session may create gpu.nvidia.com themselves)."""
+    from lightkube.resources.resource_v1 import DeviceClass
+
+    objects = _dra_objects()
+    await _apply(kube, objects)
+    yield
+    for obj in objects:
+        if obj["kind"] == "DeviceClass":
+            await kube.delete(DeviceClass, obj["metadata"]["name"])
+
+
+@pytest.mark.usefixtures("applied")
+async def test_rendered_rbac_and_device_classes_are_accepted_by_the_api_server(
+    kube: AsyncClient,
+) -> None:
+    from lightkube.resources.resource_v1 import DeviceClass
+
+    names = {c.metadata.name async for c in kube.list(DeviceClass) if c.metadata}
+    assert {"gpu.nvidia.com", "mig.nvidia.com", "serial.accel-plugins.io"} <= names
+
+
+@pytest.mark.usefixtures("applied")
+async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
+    kube: AsyncClient, kube_node: str, kube_apiserver: ApiServer
+) -> None:
+    from lightkube import ApiError, KubeConfig
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Secret, ServiceAccountToken
+    from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
+
+    from accel_plugins.dra.kube import KubeSlicePublisher, make_client
+    from accel_plugins.plugin.device import Device, tree
+
+    token = await kube.create(
+        ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(audiences=[])),
+        ACCOUNT,
+        namespace=NAMESPACE,
+    )
+    assert token.status is not None
+    client = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig(token.status.token)))
+    try:
+        driver = "generic.accel-plugins.io"
+        publisher = KubeSlicePublisher(client, driver=driver, node=kube_node)
+        await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty0")]}))
+        assert publisher.in_sync  # nodes get, resourceslices list/watch/create (and dry-run)
+        await publisher.publish(tree({"accel-plugins.io/serial": [Device(id="tty1")]}))
+        assert publisher.in_sync  # resourceslices update
+        name, before = f"{kube_node}-{driver}-0", publisher.generation
+        await kube.delete(ResourceSlice, name)  # the kubelet's wipe
+        deadline = time.monotonic() + 30
+        while True:  # repaired through the watch: created again, one generation on
+            found = [
+                s async for s in kube.list(ResourceSlice) if s.metadata and s.metadata.name == name
+            ]
+            if found and found[0].spec.pool.generation > before:
+                break
+            assert time.monotonic() < deadline, "not repaired"
+            await asyncio.sleep(0.02)  # the API server has no event for "it is back"
+        await publisher.close()
+        with pytest.raises(ApiError) as missing:  # the driver's one claim call: GET
+            await client.get(ResourceClaim, "no-such-claim", namespace="default")
+        assert missing.value.status.code == 404
+        for forbidden in (
+            client.get(Secret, "anything", namespace=NAMESPACE),
+            anext(aiter(client.list(ResourceClaim, namespace="default"))),
+            client.patch(
+                ResourceClaimStatus, "any", {"status": {}}, namespace="default"
+            ),  # no claim status: the driver writes none
+        ):
+            with pytest.raises(ApiError) as refused:
+                await forbidden
+            assert refused.value.status.code == 403
+    finally:
+        await client.close()
