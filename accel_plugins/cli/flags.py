@@ -1,25 +1,22 @@
-"""The command line: the common flags, each backend's options and the built-in commands.
+"""The flags every backend's subcommand takes, and a backend's own options.
 
-Every flag has an environment twin (:func:`accel_plugins.util.flags.add_flag`). A
-plugin starting gets its own subcommand's parser alone, so start-up pays for
-no other (issue 17).
+Every flag has an environment twin (:func:`accel_plugins.util.flags.add_flag`).
+The flag groups here (kubelet sockets, registration, DRA, the mode switch,
+metrics, logging, ...) are shared with the built-in commands
+(:mod:`accel_plugins.cli.builtin_flags`, :mod:`accel_plugins.cli.operator_flags`);
+the constants mirror values owned by modules a plugin must not import before it
+serves. The whole command line is put together in :mod:`accel_plugins.cli.parser`.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from accel_plugins import __version__
-from accel_plugins.cli.backends import (
-    InstalledBackend,
-    chosen_command,
-    installed_backends,
-    wanted_backends,
-)
-from accel_plugins.plugin.command import ENTRY_POINT_GROUP, Option
+from accel_plugins.cli.backends import InstalledBackend
+from accel_plugins.plugin.command import Option
 from accel_plugins.util.flags import add_flag, parse_bool
 from accel_plugins.util.logs import LOG_FORMATS, LOG_LEVELS
 
@@ -85,7 +82,7 @@ def add_logging_flags(parser: argparse.ArgumentParser) -> None:
     add_flag(parser, "--log-level", default="info", choices=LOG_LEVELS, help="least severe level")
 
 
-def _add_node_flag(parser: argparse.ArgumentParser) -> None:
+def add_node_flag(parser: argparse.ArgumentParser) -> None:
     """--node-name, one definition for every command that runs on a node."""
     add_flag(
         parser,
@@ -99,7 +96,7 @@ def _add_node_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_kubelet_flags(parser: argparse.ArgumentParser, socket_env: Sequence[str] = ()) -> None:
+def add_kubelet_flags(parser: argparse.ArgumentParser, socket_env: Sequence[str] = ()) -> None:
     add_flag(
         parser,
         "--plugin-dir",
@@ -266,23 +263,12 @@ def _add_metrics_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser; a backend's ``common_aliases`` become more spellings of the
-    common flags (squat's ``--plugin-directory`` for ``--plugin-dir``)."""
+def add_backend_command(sub: Any, backend: InstalledBackend) -> None:
+    """``accel-plugins <backend>``: the common flags, then the backend's own options.
 
-    def __init__(
-        self, *args: Any, common_aliases: Mapping[str, tuple[str, ...]] | None = None, **kw: Any
-    ) -> None:
-        # Set first: ArgumentParser.__init__ already adds -h through add_argument.
-        self.common_aliases = dict(common_aliases or {})
-        super().__init__(*args, **kw)
-
-    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
-        more = [alias for name in names for alias in self.common_aliases.get(name, ())]
-        return super().add_argument(*names, *more, **kwargs)
-
-
-def _add_backend(sub: Any, backend: InstalledBackend) -> None:
+    ``sub`` must make :class:`~accel_plugins.cli.parser.CommandParser` parsers (they take
+    ``common_aliases``); a backend that failed to load is listed without flags.
+    """
     command = backend.command
     if command is None:
         # Listed when it failed to load (main exits 2 with the reason before parsing).
@@ -296,9 +282,9 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
         common_aliases=command.common_aliases,
     )
     # NVIDIA's plugin reads KUBELET_SOCKET too; ours wins when both are set.
-    _add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
+    add_kubelet_flags(p, socket_env=("KUBELET_SOCKET",))
     _add_registration_flags(p)
-    _add_node_flag(p)
+    add_node_flag(p)
     _add_dra_flags(p, command.default_dra_driver_name(backend.name))
     _add_switch_flags(p)
     _add_metrics_flag(p)
@@ -306,159 +292,3 @@ def _add_backend(sub: Any, backend: InstalledBackend) -> None:
     add_state_dir_flag(p)
     add_logging_flags(p)
     add_options(p, command.options)
-
-
-def build_parser(
-    argv: Sequence[str], backends: dict[str, InstalledBackend] | None = None
-) -> argparse.ArgumentParser:
-    """The whole command line; ``backends`` defaults to the installed ones ``argv`` needs."""
-    if backends is None:
-        backends = installed_backends(wanted_backends(argv))
-    parser = argparse.ArgumentParser(
-        prog="accel-plugins",
-        description="Kubernetes device plugins for GPUs and /dev hardware.",
-        epilog=f"Backends are the entry points of installed packages in the group "
-        f"{ENTRY_POINT_GROUP}. 'accel-plugins COMMAND --help' shows a command's flags, "
-        "each with its ACCEL_PLUGINS_<FLAG> environment twin.",
-    )
-    parser.add_argument("--version", action="version", version=f"accel-plugins {__version__}")
-    sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
-    )
-    chosen = backends.get(chosen_command(argv) or "")
-    if chosen is not None and chosen.command is not None:
-        # A plugin starting: its parser alone. Every other subparser costs argparse
-        # a dozen gettext lookups (file stats) on the way to registration (issue 17).
-        _add_backend(sub, chosen)
-        return parser
-    for backend in backends.values():
-        _add_backend(sub, backend)
-
-    # Its flags are the nvidia backend's: loaded only then.
-    if wanted_backends(argv)("mps-control-daemon"):
-        add_mps_control_daemon(sub)
-
-    p = sub.add_parser("demo", help="walk through a plugin and an emulated kubelet, no GPU needed")
-    p.add_argument("--once", action="store_true", help="exit after the walkthrough")
-    p.add_argument(
-        "--color",
-        choices=DEMO_COLORS,
-        default="auto",
-        help="ANSI colours: auto (a terminal, unless NO_COLOR is set), always, never",
-    )
-    add_logging_flags(p)
-
-    p = sub.add_parser("inspect", help="query any device plugin socket like the kubelet would")
-    p.add_argument("socket", type=Path, help="the plugin's unix socket")
-    p.add_argument(
-        "--allocate", type=int, default=0, metavar="N", help="dry-run an allocation of N devices"
-    )
-    p.add_argument(
-        "--pre-start",
-        action="store_true",
-        help="with --allocate: then call PreStartContainer on those devices when the plugin "
-        "requires it (exit 1 when it fails)",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the plugin")
-    add_flag(
-        p,
-        "--metrics-address",
-        default="",
-        help="the plugin's --metrics-address: read why devices are Unhealthy from its "
-        "/metrics (set in the chart's pods, so inspect run there finds it); empty: no reasons",
-    )
-    _add_node_flag(p)
-    add_logging_flags(p)
-
-    from accel_plugins.cli.operator_flags import add_operator_commands
-
-    add_operator_commands(sub)
-
-    p = sub.add_parser("kubelet", help="run the kubelet emulator (for local development)")
-    _add_kubelet_flags(p)
-    add_flag(
-        p,
-        "--pod-resources-socket",
-        type=socket_path,
-        default=None,
-        help="also serve the PodResources API on this socket",
-    )
-    add_flag(
-        p,
-        "--plugins-registry-dir",
-        type=absolute_path,
-        default=None,
-        help="also register the plugins whose sockets appear here, as the kubelet's plugin "
-        "watcher does (the kubelet's is /var/lib/kubelet/plugins_registry)",
-    )
-    _add_admission_flags(p)
-    add_logging_flags(p)
-    return parser
-
-
-def _add_admission_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--admit",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="POD.yaml",
-        help="admit the pods of this manifest once their resources registered, as the device "
-        "manager does, and print what each container gets (repeatable)",
-    )
-    add_flag(
-        parser,
-        "--topology-policy",
-        default="none",
-        choices=TOPOLOGY_POLICIES,
-        help="the Topology Manager policy that admits the pods' NUMA affinity",
-    )
-    add_flag(
-        parser,
-        "--numa-nodes",
-        default=None,
-        metavar="0,1",
-        help="the machine's NUMA nodes (default: the host's and those the devices report)",
-    )
-    add_flag(
-        parser,
-        "--admit-timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="seconds to wait for the pods' resources to register before admitting",
-    )
-    parser.add_argument(
-        "--once",
-        action="store_true",
-        help="with --admit: exit after admitting (1 when a pod was rejected or failed to start)",
-    )
-    add_flag(
-        parser,
-        "--kubeconfig",
-        default="",
-        env=("KUBECONFIG",),
-        metavar="FILE",
-        help="with --admit: the API server's kubeconfig, where the pods' ResourceClaims are read "
-        "(needed only for pods with spec.resourceClaims)",
-    )
-    add_flag(
-        parser,
-        "--cdi-spec-dir",
-        type=absolute_path,
-        default=("/etc/cdi", "/var/run/cdi"),
-        repeat=True,
-        metavar="DIR",
-        help="with --admit: where the container runtime finds CDI specs, to print what a "
-        "claim's CDI devices give",
-    )
-
-
-def add_mps_control_daemon(sub: Any) -> None:
-    # NVIDIA's flags and config file, as the nvidia backend reads them (a cheap module).
-    from accel_plugins.backends.nvidia.mps.mps_command import OPTIONS, SUMMARY
-
-    p = sub.add_parser("mps-control-daemon", help=SUMMARY, description=SUMMARY)
-    add_logging_flags(p)
-    add_options(p, OPTIONS)

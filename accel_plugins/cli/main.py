@@ -11,7 +11,8 @@ plugin pays the memory of one backend.
 
 This module is the entry point (:func:`main`) and the built-in commands'
 runners; which backends are installed is :mod:`accel_plugins.cli.backends`,
-the flags :mod:`accel_plugins.cli.flags`, running a backend
+the parser :mod:`accel_plugins.cli.parser` (its flags in ``cli.flags``,
+``cli.builtin_flags`` and ``cli.operator_flags``), running a backend
 :mod:`accel_plugins.cli.serve`.
 """
 
@@ -52,9 +53,9 @@ from accel_plugins.cli.flags import (
     TOPOLOGY_POLICIES,
     absolute_path,
     add_options,
-    build_parser,
     socket_path,
 )
+from accel_plugins.cli.parser import build_parser
 from accel_plugins.cli.serve import EXIT_CONFIG, missing_modules, run_backend
 from accel_plugins.deviceplugin.run import FREEZE_HEAP_AFTER, METRICS_AFTER, serve
 from accel_plugins.errors import AccelPluginsError, ConfigError

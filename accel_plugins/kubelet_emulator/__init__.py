@@ -21,7 +21,7 @@ from accel_plugins.kubelet_emulator.dra import (
     DraDeviceHealth,
     DraDrivers,
 )
-from accel_plugins.kubelet_emulator.emulator import Kubelet, serve
+from accel_plugins.kubelet_emulator.emulator import Kubelet
 from accel_plugins.kubelet_emulator.errors import (
     AllocationConflictError,
     CheckpointError,
@@ -43,6 +43,7 @@ from accel_plugins.kubelet_emulator.model import (
 )
 from accel_plugins.kubelet_emulator.names import SUPPORTED_VERSIONS
 from accel_plugins.kubelet_emulator.registration import Registration, Rejection
+from accel_plugins.kubelet_emulator.serve_command import serve
 from accel_plugins.kubelet_emulator.state import ResourceView
 
 __all__ = [

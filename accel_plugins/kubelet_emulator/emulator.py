@@ -8,26 +8,20 @@ allocations, and optionally serves the PodResources v1 API. With a
 ``plugins_registry_dir`` it also registers plugins the way the kubelet's plugin
 watcher does (plugin_watcher.py). It speaks only the public API, so it works
 against any vendor's plugin. Registrations and streams are the plugin handler's
-(plugin_handler.py); how one allocation is chosen and made, allocate_devices.py.
+(plugin_handler.py); how one allocation is chosen and made, allocate_devices.py;
+the gRPC servers and stale sockets, sockets.py; waiting for a state, waiting.py;
+the ``accel-plugins kubelet`` entry point, serve_command.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
-import os
-import stat
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-import grpc
-
-from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.kubelet_emulator import checkpoint
 from accel_plugins.kubelet_emulator.allocate_devices import allocate_devices
 from accel_plugins.kubelet_emulator.allocation import (
@@ -35,7 +29,7 @@ from accel_plugins.kubelet_emulator.allocation import (
     AllocationBook,
     AllocationRecord,
 )
-from accel_plugins.kubelet_emulator.client import DEFAULT_TIMEOUT, PluginClient, unix_target
+from accel_plugins.kubelet_emulator.client import DEFAULT_TIMEOUT, PluginClient
 from accel_plugins.kubelet_emulator.dra import DraDrivers
 from accel_plugins.kubelet_emulator.errors import (
     AllocationConflictError,
@@ -47,12 +41,10 @@ from accel_plugins.kubelet_emulator.errors import (
 from accel_plugins.kubelet_emulator.plugin_handler import PluginHandler
 from accel_plugins.kubelet_emulator.plugin_watcher import PluginWatcher
 from accel_plugins.kubelet_emulator.podresources import PodResourcesServicer
-from accel_plugins.kubelet_emulator.registration import (
-    Registration,
-    RegistrationServicer,
-    Rejection,
-)
+from accel_plugins.kubelet_emulator.registration import Registration, Rejection
+from accel_plugins.kubelet_emulator.sockets import SocketServers, remove_stale_contents
 from accel_plugins.kubelet_emulator.state import ResourceState, ResourceView
+from accel_plugins.kubelet_emulator.waiting import Changes, ResourceWanted, describe_predicate
 
 log = logging.getLogger(__name__)
 
@@ -61,37 +53,6 @@ DEFAULT_CHECKPOINT_NAME = "kubelet_internal_checkpoint"
 
 EventSink = Callable[[str], None]
 Predicate = Callable[["Kubelet"], bool]
-
-
-def _describe(predicate: Predicate) -> str:
-    """A readable name for a predicate, its source line for a lambda."""
-    name = getattr(predicate, "__qualname__", repr(predicate))
-    if name.endswith("<lambda>"):
-        with contextlib.suppress(OSError, TypeError):
-            return inspect.getsource(predicate).strip()
-    return name
-
-
-def remove_stale_contents(directory: Path, keep: set[Path]) -> list[Path]:
-    """Delete every non-directory entry of ``directory`` except ``keep``.
-
-    The real kubelet does this on start: plugins watching their socket see it
-    vanish and re-register with the new kubelet.
-    """
-    removed = []
-    for entry in sorted(directory.iterdir()):
-        if entry in keep:
-            continue
-        try:
-            if stat.S_ISDIR(entry.stat().st_mode):
-                continue
-            entry.unlink()
-            removed.append(entry)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            log.error("cannot remove stale %s: %s", entry, e)
-    return removed
 
 
 class Kubelet:
@@ -133,9 +94,9 @@ class Kubelet:
         )
         self._book = AllocationBook()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._servers: list[grpc.aio.Server] = []
+        self._servers = SocketServers()
         self._background: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()
+        self._changes = Changes()
         self._running = False
 
     # -- state -----------------------------------------------------------------------------
@@ -187,24 +148,19 @@ class Kubelet:
             log.info("%s", line)
 
     def _notify(self) -> None:
-        # Waking every waiter and starting a new generation: nothing can be missed
-        # because waiters re-check their predicate before awaiting the new event.
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changes.notify()
 
     async def wait_for(
         self, predicate: Predicate, timeout: float = 5.0, *, what: str | None = None
     ) -> None:
         """Return once ``predicate(self)`` holds, re-checking on every state change."""
-        try:
-            async with asyncio.timeout(timeout):
-                while not predicate(self):
-                    await self._changed.wait()
-        except TimeoutError:
-            raise TimeoutError(
-                f"timed out after {timeout:g}s waiting for {what or _describe(predicate)}; "
-                f"kubelet state: {self.describe()}"
-            ) from None
+        await self._changes.wait_until(
+            lambda: predicate(self),
+            timeout,
+            why=lambda: (
+                f"{what or describe_predicate(predicate)}; kubelet state: {self.describe()}"
+            ),
+        )
 
     async def wait_for_resource(
         self,
@@ -216,20 +172,8 @@ class Kubelet:
     ) -> ResourceView:
         """Wait until ``resource`` is connected, has reported, and (optionally) has
         ``allocatable`` healthy devices; return its view."""
-
-        def ready(k: Kubelet) -> bool:
-            view = k.resources.get(resource)
-            return (
-                view is not None
-                and view.connected
-                and view.updates >= min_updates
-                and (allocatable is None or view.allocatable == allocatable)
-            )
-
-        wanted = f"{resource} connected with >= {min_updates} update(s)"
-        if allocatable is not None:
-            wanted += f" and {allocatable} allocatable"
-        await self.wait_for(ready, timeout, what=wanted)
+        wanted = ResourceWanted(resource, allocatable, min_updates)
+        await self.wait_for(lambda k: wanted.met(k.resources), timeout, what=str(wanted))
         return self.resources[resource]
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -255,50 +199,29 @@ class Kubelet:
         self._load_checkpoint()
         for path in remove_stale_contents(self.plugin_dir, keep={self.checkpoint_path}):
             log.debug("removed stale %s", path)
-        registration = grpc.aio.server()
-        pb_grpc.add_RegistrationServicer_to_server(
-            RegistrationServicer(self._plugins.handle_register), registration
-        )
-        await self._serve(registration, self.socket_path)
-        self._running = True
-        self._event(f"kubelet registration service listening on {self.socket_path}")
-        if self.pod_resources_socket is not None:
-            socket = Path(self.pod_resources_socket)
-            socket.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                if not socket.is_dir():
-                    socket.unlink()
-            pod_resources = grpc.aio.server()
-            pr_grpc.add_PodResourcesListerServicer_to_server(
-                PodResourcesServicer(self), pod_resources
-            )
-            await self._serve(pod_resources, socket)
-            self._event(f"pod resources service listening on {socket}")
-        if self.plugins_registry_dir is not None:
-            watcher = PluginWatcher(
-                self.plugins_registry_dir,
-                register=self._plugins.register_watched,
-                deregister=self._plugins.deregister_watched,
-                on_event=self._event,
-                dra=self.dra,
-            )
-            self._plugin_watcher = watcher
-            try:
-                await watcher.start()
-            except KubeletError:
-                await self.stop()
-                raise
-        self._notify()
-
-    async def _serve(self, server: grpc.aio.Server, socket: Path) -> None:
         try:
-            server.add_insecure_port(unix_target(socket))
-        except RuntimeError as e:
+            # A socket that cannot be bound, or a registry the watcher cannot use, stops
+            # what already started: a half-started emulator would hold its sockets.
+            await self._servers.serve_registration(self._plugins.handle_register, self.socket_path)
+            self._running = True
+            self._event(f"kubelet registration service listening on {self.socket_path}")
+            if self.pod_resources_socket is not None:
+                socket = Path(self.pod_resources_socket)
+                await self._servers.serve_pod_resources(PodResourcesServicer(self), socket)
+                self._event(f"pod resources service listening on {socket}")
+            if self.plugins_registry_dir is not None:
+                self._plugin_watcher = PluginWatcher(
+                    self.plugins_registry_dir,
+                    register=self._plugins.register_watched,
+                    deregister=self._plugins.deregister_watched,
+                    on_event=self._event,
+                    dra=self.dra,
+                )
+                await self._plugin_watcher.start()
+        except KubeletError:
             await self.stop()
-            raise KubeletError(f"cannot listen on {socket}: {e}") from None
-        await server.start()
-        self._servers.append(server)
-        os.chmod(socket, 0o600)
+            raise
+        self._notify()
 
     def _load_checkpoint(self) -> None:
         self.checkpoint_error = None
@@ -318,9 +241,7 @@ class Kubelet:
         if watcher is not None:
             await watcher.stop()
         await self.dra.close()
-        servers, self._servers = self._servers, []
-        for server in servers:
-            await server.stop(None)
+        served = await self._servers.stop()
         for state in self._resources.values():
             endpoint = state.endpoint
             if endpoint is not None:
@@ -329,7 +250,7 @@ class Kubelet:
                 state.disconnect()
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
-        if servers:
+        if served:
             self._event("kubelet stopped")
         self._notify()
 
@@ -428,32 +349,3 @@ class Kubelet:
         held = ", ".join(f"{r.resource} {'/'.join(r.device_ids)}" for r in freed)
         self._event(f"released {namespace}/{pod}: {held}")
         self._notify()
-
-
-async def serve(
-    plugin_dir: Path,
-    *,
-    pod_resources_socket: Path | None = None,
-    on_event: EventSink | None = None,
-    socket_name: str = DEFAULT_SOCKET_NAME,
-    plugins_registry_dir: Path | None = None,
-    then: Callable[[Kubelet], Awaitable[int | None]] | None = None,
-) -> int | None:
-    """Run the emulator until cancelled, reporting what happens through ``on_event``.
-
-    ``then`` runs once the emulator serves (e.g. pod admission); when it returns
-    a number the emulator stops and ``serve`` returns it.
-    """
-    async with Kubelet(
-        plugin_dir,
-        socket_name=socket_name,
-        pod_resources_socket=pod_resources_socket,
-        on_event=on_event,
-        plugins_registry_dir=plugins_registry_dir,
-    ) as kubelet:
-        if then is not None:
-            code = await then(kubelet)
-            if code is not None:
-                return code
-        await asyncio.Future()
-    return None  # pragma: no cover - the future never completes

@@ -243,6 +243,7 @@ class BrokenWatches:
         self._client = client
         self.failures = failures
         self.watches = 0
+        self.watching = asyncio.Event()  # a watch went through to the API server
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -251,6 +252,7 @@ class BrokenWatches:
         self.watches += 1
         if self.failures:
             return self._fail(self.failures.pop(0))
+        self.watching.set()
         return self._client.watch(*args, **kwargs)
 
     async def _fail(self, error: Exception) -> AsyncIterator[tuple[str, ResourceSlice]]:
@@ -299,6 +301,9 @@ async def test_a_failed_watch_is_restarted_from_a_fresh_list_and_still_repairs(
     before = pub.generation
     await _delete_one(kube, kube_node)
     await until(kube, kube_node, whole(1, 3, after=before))
+    # A relist can see the deletion and repair it before the watch after the last failure
+    # starts: await that watch rather than count before it.
+    await asyncio.wait_for(client.watching.wait(), 10)
     assert client.watches == len(failures) + 1
     assert slept == delays
     await pub.close()

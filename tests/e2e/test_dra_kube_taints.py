@@ -77,7 +77,7 @@ async def test_unhealthy_device_is_tainted_within_2s_and_cleared_on_recovery(
     pub = KubeSlicePublisher(
         node_client(kube_node), driver=DRIVER, node=kube_node, registry=CollectorRegistry()
     )
-    with caplog.at_level(logging.INFO, logger="accel_plugins.dra.kube.publisher"):
+    with caplog.at_level(logging.INFO, logger="accel_plugins.dra.kube.gates"):
         await pub.publish(units(3))
         await pub.wait_in_sync()
     decisions = [r.getMessage() for r in caplog.records if "device taints" in r.getMessage()]
