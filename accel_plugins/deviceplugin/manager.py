@@ -36,9 +36,10 @@ from accel_plugins.runtime.kubelet_restarts import KubeletRestarts
 from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, RestartReason
 from accel_plugins.runtime.reload_status import ReloadStatus
 from accel_plugins.runtime.server import ServeError, socket_name
+from accel_plugins.runtime.socket_watch import watch_directories
 from accel_plugins.runtime.status import PluginStatus
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
-from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
+from accel_plugins.util.watch import DirEvent, DirWatcher
 
 log = logging.getLogger(__name__)
 
@@ -243,19 +244,12 @@ class Manager:
         dirs = {self.settings.plugin_dir, kubelet_socket.parent}
         if self.settings.plugin_watcher:
             dirs.add(self.settings.plugins_registry_dir)  # our registration sockets
-        try:
-            watcher = DirWatcher(self._on_dir_event)
-            for directory in sorted(dirs):
-                directory.mkdir(PLUGIN_DIR_MODE, parents=True, exist_ok=True)
-                watcher.add(directory)
-        except InotifyError as exc:
-            log.warning(
-                "no inotify (%s); checking sockets every %.0fs instead",
-                exc,
-                self.settings.check_interval,
-            )
-            return None
-        return watcher
+        return watch_directories(
+            dirs,
+            self._on_dir_event,
+            check_interval=self.settings.check_interval,
+            create_mode=PLUGIN_DIR_MODE,
+        )
 
     def _on_dir_event(self, event: DirEvent) -> None:
         kubelet_socket = self.settings.kubelet_socket_path

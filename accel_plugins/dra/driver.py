@@ -48,9 +48,10 @@ from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.runtime.kubelet_paths import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.plugin_watcher import RegistrationServer
 from accel_plugins.runtime.server import ServeError
+from accel_plugins.runtime.socket_watch import watch_directories
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
 from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
-from accel_plugins.util.watch import DirEvent, DirWatcher, InotifyError
+from accel_plugins.util.watch import DirEvent, DirWatcher
 
 log = logging.getLogger(__name__)
 
@@ -422,18 +423,9 @@ class DraDriver:
             if event.overflow or (event.removed and (event.directory, event.name) in ours):
                 self._check.set()
 
-        try:
-            watcher = DirWatcher(on_event)
-            for directory in sorted({d for d, _ in ours}):
-                watcher.add(directory)
-        except InotifyError as exc:
-            log.warning(
-                "no inotify (%s); checking sockets every %.0fs instead",
-                exc,
-                self.settings.check_interval,
-            )
-            return None
-        return watcher
+        return watch_directories(
+            {d for d, _ in ours}, on_event, check_interval=self.settings.check_interval
+        )
 
     async def _periodic_check(self) -> None:
         while True:
