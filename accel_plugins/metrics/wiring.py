@@ -45,6 +45,10 @@ class ManagerView(Protocol):
     @property
     def reload_status(self) -> ReloadStatus: ...
 
+
+class ServedManager(ManagerView, Protocol):
+    """A running manager whose metrics are served: /healthz asks it what is wrong."""
+
     async def problems(self, timeout: float = 1.0) -> list[str]: ...
 
 
@@ -71,7 +75,7 @@ def watch_manager(
 
 
 def metrics_server(
-    manager: ManagerView,
+    manager: ServedManager,
     recorder: DeferredMetrics | None = None,
     pod_resources: PodResourcesCache | None = None,
     node_name: str = "",
