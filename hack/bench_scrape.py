@@ -35,8 +35,8 @@ from accel_plugins.metrics import MetricsServer, PrometheusMetrics, watch_manage
 from accel_plugins.plugin.backend import Backend, Publish
 from accel_plugins.plugin.device import Device, DeviceNode, DeviceTree
 from accel_plugins.runtime.podresources import PodResourcesCache
+from accel_plugins.runtime.recorder import PluginStatus
 from accel_plugins.runtime.reload_status import ReloadStatus
-from accel_plugins.runtime.status import PluginStatus
 
 GOAL_MS = 100.0
 DEVICES = 10_000

@@ -22,9 +22,8 @@ def _framework() -> CollectorRegistry:
     from accel_plugins.metrics.plugin_metrics import PrometheusMetrics
     from accel_plugins.metrics.reload_series import ReloadCollector
     from accel_plugins.plugin.device import Device
-    from accel_plugins.runtime.recorder import AllocationFailure, RestartReason
+    from accel_plugins.runtime.recorder import AllocationFailure, PluginStatus, RestartReason
     from accel_plugins.runtime.reload_status import ReloadStatus
-    from accel_plugins.runtime.status import PluginStatus
 
     registry = CollectorRegistry(auto_describe=False)
     recorder = PrometheusMetrics(registry)

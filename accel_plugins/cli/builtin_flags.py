@@ -2,7 +2,7 @@
 
 These are the commands in :data:`accel_plugins.cli.backends.BUILTINS`. They reuse
 some of the plugins' flag groups (:mod:`accel_plugins.cli.flags`) but are built
-only when the whole command line is (:func:`accel_plugins.cli.parser.build_parser`),
+only when the whole command line is (:func:`accel_plugins.cli.main.build_parser`),
 so a plugin starting never imports this module.
 """
 

@@ -5,7 +5,7 @@ The flag groups here (kubelet sockets, registration, DRA, the mode switch,
 metrics, logging, ...) are shared with the built-in commands
 (:mod:`accel_plugins.cli.builtin_flags`, :mod:`accel_plugins.cli.operator_flags`);
 the constants mirror values owned by modules a plugin must not import before it
-serves. The whole command line is put together in :mod:`accel_plugins.cli.parser`.
+serves. The whole command line is put together in :mod:`accel_plugins.cli.main`.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def _add_metrics_flag(parser: argparse.ArgumentParser) -> None:
 def add_backend_command(sub: Any, backend: InstalledBackend) -> None:
     """``accel-plugins <backend>``: the common flags, then the backend's own options.
 
-    ``sub`` must make :class:`~accel_plugins.cli.parser.CommandParser` parsers (they take
+    ``sub`` must make :class:`~accel_plugins.cli.main.CommandParser` parsers (they take
     ``common_aliases``); a backend that failed to load is listed without flags.
     """
     command = backend.command

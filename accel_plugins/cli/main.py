@@ -11,7 +11,7 @@ plugin pays the memory of one backend.
 
 This module is the entry point (:func:`main`) and the built-in commands'
 runners; which backends are installed is :mod:`accel_plugins.cli.backends`,
-the parser :mod:`accel_plugins.cli.parser` (its flags in ``cli.flags``,
+the parser here (:func:`build_parser`; its flags in ``cli.flags``,
 ``cli.builtin_flags`` and ``cli.operator_flags``), running a backend
 :mod:`accel_plugins.cli.serve`.
 """
@@ -25,11 +25,12 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from accel_plugins import __version__
 from accel_plugins.cli.backends import (
     BUILTINS,
     COMMON_DESTS,
@@ -52,13 +53,14 @@ from accel_plugins.cli.flags import (
     REGISTRATION_MODES,
     TOPOLOGY_POLICIES,
     absolute_path,
+    add_backend_command,
     add_options,
     socket_path,
 )
-from accel_plugins.cli.parser import build_parser
 from accel_plugins.cli.serve import EXIT_CONFIG, missing_modules, run_backend
 from accel_plugins.deviceplugin.run import FREEZE_HEAP_AFTER, METRICS_AFTER, serve
 from accel_plugins.errors import AccelPluginsError, ConfigError
+from accel_plugins.plugin.command import ENTRY_POINT_GROUP
 from accel_plugins.util.logs import fatal, setup_logging
 
 # The names importable from here before the split (tests, hack/bench, third parties).
@@ -89,6 +91,76 @@ __all__ = [
     "serve",
     "socket_path",
 ]
+
+
+# -- the parser ----------------------------------------------------------------------
+# A plugin starting gets its own subcommand's parser alone, so start-up pays neither for
+# the other backends nor for the built-in and operator commands (issue 17).
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser; a backend's ``common_aliases`` become more spellings of the
+    common flags (squat's ``--plugin-directory`` for ``--plugin-dir``)."""
+
+    def __init__(
+        self, *args: Any, common_aliases: Mapping[str, tuple[str, ...]] | None = None, **kw: Any
+    ) -> None:
+        # Set first: ArgumentParser.__init__ already adds -h through add_argument.
+        self.common_aliases = dict(common_aliases or {})
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
+        more = [alias for name in names for alias in self.common_aliases.get(name, ())]
+        return super().add_argument(*names, *more, **kwargs)
+
+
+def build_parser(
+    argv: Sequence[str], backends: dict[str, InstalledBackend] | None = None
+) -> argparse.ArgumentParser:
+    """The whole command line; ``backends`` defaults to the installed ones ``argv`` needs."""
+    if backends is None:
+        backends = installed_backends(wanted_backends(argv))
+    parser = argparse.ArgumentParser(
+        prog="accel-plugins",
+        description="Kubernetes device plugins for GPUs and /dev hardware.",
+        epilog=f"Backends are the entry points of installed packages in the group "
+        f"{ENTRY_POINT_GROUP}. 'accel-plugins COMMAND --help' shows a command's flags, "
+        "each with its ACCEL_PLUGINS_<FLAG> environment twin.",
+    )
+    parser.add_argument("--version", action="version", version=f"accel-plugins {__version__}")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=CommandParser
+    )
+    chosen = backends.get(chosen_command(argv) or "")
+    if chosen is not None and chosen.command is not None:
+        # A plugin starting: its parser alone. Every other subparser costs argparse
+        # a dozen gettext lookups (file stats) on the way to registration (issue 17).
+        add_backend_command(sub, chosen)
+        return parser
+    for backend in backends.values():
+        add_backend_command(sub, backend)
+
+    # Imported here, not at the top: a plugin starting returned above without them.
+    from accel_plugins.cli.builtin_flags import (
+        add_demo_command,
+        add_inspect_command,
+        add_kubelet_command,
+        add_mps_control_daemon,
+    )
+    from accel_plugins.cli.operator_flags import add_operator_commands
+
+    # Its flags are the nvidia backend's: loaded only then.
+    if wanted_backends(argv)("mps-control-daemon"):
+        add_mps_control_daemon(sub)
+    # In this order in --help and the command-line reference page.
+    add_demo_command(sub)
+    add_inspect_command(sub)
+    add_operator_commands(sub)
+    add_kubelet_command(sub)
+    return parser
+
+
+# -- running a command ---------------------------------------------------------------
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

@@ -1,7 +1,9 @@
 """The lifecycle of one resource's plugin: serve, register, re-register, stop.
 
 Kept apart from the servicer (which only answers RPCs) and from the manager
-(which decides which resources exist), like squat's lifecycle wrapper.
+(which decides which resources exist), like squat's lifecycle wrapper. Serving is
+:class:`PluginServer` (the DevicePlugin service on the resource's socket), registering
+is :func:`register` (the Register call on ``kubelet.sock``).
 """
 
 from __future__ import annotations
@@ -12,17 +14,88 @@ import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from accel_plugins.deviceplugin.kubelet_register import register
-from accel_plugins.deviceplugin.plugin_server import PluginServer
+import grpc
+
+from accel_plugins.api import deviceplugin_v1beta1_pb2 as pb
+from accel_plugins.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from accel_plugins.deviceplugin.servicer import DevicePluginServicer
 from accel_plugins.errors import RegistrationError
 from accel_plugins.plugin.device import Device
 from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.capabilities import Capabilities
-from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, RestartReason
-from accel_plugins.runtime.status import PluginStatus
+from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, PluginStatus, RestartReason
+from accel_plugins.runtime.server import SocketServer
 
 log = logging.getLogger(__name__)
+
+
+API_VERSION = "v1beta1"
+
+
+async def register(
+    kubelet_socket: Path,
+    *,
+    endpoint: str,
+    resource: str,
+    options: pb.DevicePluginOptions,
+    timeout: float = 5.0,
+) -> None:
+    """Call Registration.Register on the kubelet; RegistrationError says why it failed."""
+    if not kubelet_socket.exists():
+        raise RegistrationError(f"kubelet socket {kubelet_socket} does not exist")
+    request = pb.RegisterRequest(
+        version=API_VERSION, endpoint=endpoint, resource_name=resource, options=options
+    )
+    async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}") as channel:
+        stub = pb_grpc.RegistrationStub(channel)
+        try:
+            await stub.Register(request, timeout=timeout, wait_for_ready=False)
+        except grpc.aio.AioRpcError as exc:
+            raise RegistrationError(
+                f"kubelet at {kubelet_socket} refused {resource} "
+                f"({exc.code().name}: {exc.details()})"
+            ) from exc
+        except OSError as exc:
+            raise RegistrationError(f"cannot reach the kubelet at {kubelet_socket}: {exc}") from exc
+
+
+class PluginServer(SocketServer):
+    """Serves a DevicePluginServicer on ``socket_path`` until stopped."""
+
+    def __init__(self, servicer: DevicePluginServicer, socket_path: Path) -> None:
+        super().__init__(
+            socket_path,
+            lambda server: pb_grpc.add_DevicePluginServicer_to_server(servicer, server),
+            directory_flag="--plugin-dir",
+        )
+        self.servicer = servicer
+
+    async def start(self) -> None:
+        """Remove a stale socket of our name and serve.
+
+        No call to ourselves first: once start() returns, gRPC listens on the
+        socket and the kubelet's connection is accepted. A probe RPC cost a client
+        channel and a round trip (1 to 15 ms) on the way to registration
+        (issue 17); /healthz still asks the socket (``answers``).
+        """
+        await self._serve()
+
+    async def answers(self, timeout: float) -> str | None:
+        """None when the server answers GetDevicePluginOptions within ``timeout``, else why not."""
+        if self._server is None:
+            return "not started"
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{self.socket_path}") as channel:
+                stub = pb_grpc.DevicePluginStub(channel)
+                await stub.GetDevicePluginOptions(pb.Empty(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            return f"does not answer on {self.socket_path}: {exc.code().name}"
+        return None
+
+    async def stop(self, grace: float = 0.5) -> None:
+        """End streams cleanly, stop serving, and remove our socket (only ours)."""
+        self.servicer.close()
+        await self._stop_serving(grace)
 
 
 class ResourcePlugin:

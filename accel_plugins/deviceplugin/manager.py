@@ -31,15 +31,12 @@ from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.capabilities import Capabilities
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
-from accel_plugins.runtime.kubelet_paths import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.kubelet_restarts import KubeletRestarts
-from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, RestartReason
+from accel_plugins.runtime.recorder import NO_METRICS, PluginMetrics, PluginStatus, RestartReason
 from accel_plugins.runtime.reload_status import ReloadStatus
 from accel_plugins.runtime.server import ServeError, socket_name
-from accel_plugins.runtime.socket_watch import watch_directories
-from accel_plugins.runtime.status import PluginStatus
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
-from accel_plugins.util.watch import DirEvent, DirWatcher
+from accel_plugins.util.watch import DirEvent, DirWatcher, watch_directories
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,8 @@ REGISTRATION_MODES: tuple[str, ...] = get_args(RegistrationMode)
 class ManagerSettings(RuntimeSettings):
     """How the manager reaches the kubelet. Paths are parameters so tests use temp dirs.
 
-    Supervision, the hook deadline and retry pacing are the fields both modes share
+    Supervision, the hook deadline, retry pacing and the plugin watcher's directory are
+    the fields both modes share
     (:class:`~accel_plugins.runtime.supervisor.RuntimeSettings`).
     """
 
@@ -68,8 +66,6 @@ class ManagerSettings(RuntimeSettings):
     socket_prefix: str = ""  # before <domain>_<name>.sock (server.socket_name)
     register_timeout: float = 5.0
     registration: RegistrationMode = "kubelet"
-    # Where the kubelet's plugin watcher looks for sockets (registration="plugin-watcher").
-    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
 
     def __post_init__(self) -> None:
         if self.registration not in REGISTRATION_MODES:
@@ -93,7 +89,6 @@ class _Event(enum.Enum):
     KUBELET_CREATED = "kubelet-created"
     CHECK = "check"
     RELOAD = "reload"
-    BACKEND_DIED = "backend-died"
     BACKEND_STARTED = "backend-started"
     STOP = "stop"
 
@@ -107,7 +102,6 @@ class Manager:
         metrics: PluginMetrics = NO_METRICS,
         cordons: Cordons | None = None,
     ) -> None:
-        self._factory = backend_factory
         self._cordons = cordons
         self._served: DeviceTree = {}  # the backend's tree with the cordons laid over it
         if cordons is not None:
@@ -234,8 +228,6 @@ class Manager:
             await self._check()
         elif event is _Event.RELOAD:
             await self._reload()
-        elif event is _Event.BACKEND_DIED:
-            await self._on_backend_died()
         elif event is _Event.BACKEND_STARTED:
             await self._use_capabilities()
 
@@ -391,18 +383,17 @@ class Manager:
         self._post(_Event.TREE)
 
     def backend_died(self) -> None:
-        self._post(_Event.BACKEND_DIED)
+        self._metrics.backend_restarted()
+        # Nobody watches the hardware now: say so rather than keep promising health.
+        # Marked here, not when the event is handled, so a new backend's first tree
+        # (which may be queued by then) is never overwritten.
+        self._tree = {resource: all_unhealthy(devices) for resource, devices in self._tree.items()}
+        self._post(_Event.TREE)
 
     def snapshot_invalid(self, error: InvalidSnapshotError) -> None:
         # Logged by whoever reports run()'s error (the CLI: exit 2).
         self._fatal = error
         self._post(_Event.STOP)
-
-    async def _on_backend_died(self) -> None:
-        self._metrics.backend_restarted()
-        # Nobody watches the hardware now: say so rather than keep promising health.
-        self._tree = {resource: all_unhealthy(devices) for resource, devices in self._tree.items()}
-        await self._apply(self._tree)
 
     async def _use_capabilities(self) -> None:
         """Every resource calls the running backend's hooks (a new one after a restart

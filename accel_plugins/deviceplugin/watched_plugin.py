@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel_plugins.api import pluginregistration_v1_pb2 as reg
-from accel_plugins.deviceplugin.kubelet_register import API_VERSION
-from accel_plugins.deviceplugin.lifecycle import ResourcePlugin
+from accel_plugins.deviceplugin.lifecycle import API_VERSION, ResourcePlugin
 from accel_plugins.runtime.plugin_watcher import (
     RegistrationServer,
     RegistrationServicer,

@@ -1,6 +1,8 @@
 """Which DRA capabilities a backend offers, looked up once per backend as device-plugin mode does.
 
-The driver resolves them when a backend starts (and again when one is rebuilt);
+The hooks both modes call (allocate, CDI specs, ...) are the runtime's
+:class:`~accel_plugins.runtime.capabilities.Capabilities`; the DRA-only ones are beside
+them. The driver resolves them when a backend starts (and again when one is rebuilt);
 :class:`RunningCapabilities` answers the API side with the running backend's, or with
 the defaults between backends, so the slices never ``isinstance`` a backend per call.
 """
@@ -8,24 +10,23 @@ the defaults between backends, so the slices never ``isinstance`` a backend per 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper, cdi_keeper
 from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_config import DraConfigAllocator
 from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
+from accel_plugins.runtime.capabilities import Capabilities
 
 
 @dataclass(frozen=True, slots=True)
 class DraCapabilities:
     """The optional capabilities of one backend instance (None: not offered)."""
 
-    allocator: Allocator | None = None
+    common: Capabilities = field(default_factory=Capabilities)
     configurer: DraConfigAllocator | None = None
-    cdi_keeper: CdiSpecKeeper | None = None
     describer: DraDescriber | None = None
     namer: DraNamer | None = None
     keyer: DraTaintKeyer | None = None
@@ -33,11 +34,10 @@ class DraCapabilities:
     sharer: DraSharedUnits | None = None
 
     @classmethod
-    def of(cls, backend: object) -> DraCapabilities:
+    def of(cls, backend: object, *, hook_timeout: float = 10.0) -> DraCapabilities:
         return cls(
-            allocator=backend if isinstance(backend, Allocator) else None,
+            common=Capabilities.of(backend, hook_timeout=hook_timeout),
             configurer=backend if isinstance(backend, DraConfigAllocator) else None,
-            cdi_keeper=cdi_keeper(backend),
             describer=backend if isinstance(backend, DraDescriber) else None,
             namer=backend if isinstance(backend, DraNamer) else None,
             keyer=backend if isinstance(backend, DraTaintKeyer) else None,

@@ -45,13 +45,11 @@ from accel_plugins.plugin.dra_taints import TaintId, taint_of
 from accel_plugins.runtime.backoff import Backoff
 from accel_plugins.runtime.cordon import Cordons
 from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
-from accel_plugins.runtime.kubelet_paths import DEFAULT_PLUGINS_REGISTRY_DIR
 from accel_plugins.runtime.plugin_watcher import RegistrationServer
 from accel_plugins.runtime.server import ServeError
-from accel_plugins.runtime.socket_watch import watch_directories
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
 from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
-from accel_plugins.util.watch import DirEvent, DirWatcher
+from accel_plugins.util.watch import DirEvent, DirWatcher, watch_directories
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +81,14 @@ def driver_name_problem(name: str) -> str | None:
 class DraSettings(RuntimeSettings):
     """Where the driver meets the kubelet. Paths are parameters so tests use temp dirs.
 
-    Supervision, the hook deadline and retry pacing are the fields both modes share
+    Supervision, the hook deadline, retry pacing and the plugin watcher's directory are
+    the fields both modes share
     (:class:`~accel_plugins.runtime.supervisor.RuntimeSettings`).
     """
 
     driver_name: str
     node_name: str
     kubelet_plugins_dir: Path = DEFAULT_KUBELET_PLUGINS_DIR
-    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
     cdi_spec_dir: Path = DEFAULT_SPEC_DIR
     boot_id_path: Path = BOOT_ID_PATH  # tells a reboot apart from a plugin restart
     health_refresh: float = 10.0
@@ -130,7 +128,6 @@ class DraDriver:
         slices: SlicePublisher | None = None,
         cordons: Cordons | None = None,
     ) -> None:
-        self._factory = factory
         self._cordons = cordons
         self._raw: DeviceTree = {}  # as the backend published it; _tree has the cordons
         if cordons is not None:
@@ -282,12 +279,12 @@ class DraDriver:
     # -- BackendEvents: what the supervisor tells the driver ------------------------
 
     def backend_started(self, backend: Backend) -> None:
-        dra = self._dra = DraCapabilities.of(backend)
+        dra = self._dra = DraCapabilities.of(backend, hook_timeout=self.settings.hook_timeout)
         self._inventory = Inventory(
             self._inventory.devices,
-            dra.allocator,
-            self.settings.hook_timeout,
-            dra.cdi_keeper,
+            dra.common.allocator,
+            dra.common.hook_timeout,
+            dra.common.cdi_keeper,
             dra.configurer,
         )
 

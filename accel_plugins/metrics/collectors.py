@@ -20,7 +20,7 @@ from accel_plugins.metrics.exposition import TextFamily, escape
 from accel_plugins.plugin.backend import MetricsProvider, PodRef
 from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.health_reason import ReasonKind
-from accel_plugins.runtime.status import PluginStatus
+from accel_plugins.runtime.recorder import PluginStatus
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ from accel_plugins.metrics.reload_series import ReloadCollector
 from accel_plugins.metrics.server import MetricsServer
 from accel_plugins.plugin.device import DeviceTree
 from accel_plugins.runtime.podresources import PodResourcesCache
-from accel_plugins.runtime.recorder import DeferredMetrics
+from accel_plugins.runtime.recorder import DeferredMetrics, PluginStatus
 from accel_plugins.runtime.reload_status import ReloadStatus
-from accel_plugins.runtime.status import PluginStatus
 
 
 class ManagerView(Protocol):

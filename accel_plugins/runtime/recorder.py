@@ -1,4 +1,4 @@
-"""What the framework tells a metrics system while it works.
+"""What the framework tells a metrics system while it works, and what a resource reports.
 
 The servicer, the lifecycle and the manager report events through this small
 Protocol; ``accel_plugins.metrics`` implements it with Prometheus counters and
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -149,3 +150,16 @@ class DeferredMetrics(NoMetrics):
         held, self._held = self._held, []
         for name, args in held:
             getattr(recorder, name)(*args)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginStatus:
+    """What one resource's server reports of itself, for /metrics and /healthz."""
+
+    resource: str
+    serving: bool
+    registered: bool
+    devices: int
+    healthy: int
+    open_streams: int
+    registrations: int

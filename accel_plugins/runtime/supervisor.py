@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from accel_plugins.errors import AccelPluginsError, InvalidSnapshotError
@@ -31,10 +32,14 @@ from accel_plugins.runtime.snapshot import check_snapshot
 
 log = logging.getLogger(__name__)
 
+# Where the kubelet's plugin watcher looks for registration sockets (both modes offer theirs).
+DEFAULT_PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeSettings:
-    """What both modes set alike: supervision, hook deadline, retry pacing, socket checks.
+    """What both modes set alike: supervision, hook deadline, retry pacing, socket checks,
+    and where the kubelet's plugin watcher looks for registration sockets.
 
     The device plugin's ``ManagerSettings`` and the DRA driver's ``DraSettings`` extend it.
     """
@@ -52,6 +57,9 @@ class RuntimeSettings:
     backend_stable_after: float = 60.0
     # Deadline of each backend hook call (allocate, preferred allocation, pre-start, ...).
     hook_timeout: float = 10.0
+    # The plugin watcher's directory: a DRA driver's registration socket, and a device
+    # plugin's with registration="plugin-watcher".
+    plugins_registry_dir: Path = DEFAULT_PLUGINS_REGISTRY_DIR
 
 
 class BackendEvents(Protocol):

@@ -11,11 +11,14 @@ import asyncio
 import ctypes
 import ctypes.util
 import errno
+import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -136,3 +139,26 @@ class DirWatcher:
             os.close(self._fd)
             self._fd = -1
             self._dirs.clear()
+
+
+# Where inotify is missing (exotic filesystems, exhausted watches) both modes check their
+# sockets on a timer instead; this says so once.
+def watch_directories(
+    directories: Iterable[Path],
+    on_event: Callable[[DirEvent], None],
+    *,
+    check_interval: float,
+    create_mode: int | None = None,
+) -> DirWatcher | None:
+    """A watcher of ``directories`` (made first with ``create_mode`` when given), or None,
+    logged, when inotify is unavailable: the caller then checks every ``check_interval``."""
+    try:
+        watcher = DirWatcher(on_event)
+        for directory in sorted(set(directories)):
+            if create_mode is not None:
+                directory.mkdir(create_mode, parents=True, exist_ok=True)
+            watcher.add(directory)
+    except InotifyError as exc:
+        log.warning("no inotify (%s); checking sockets every %.0fs instead", exc, check_interval)
+        return None
+    return watcher
