@@ -4,11 +4,10 @@
 # source: accel_plugins/api/dra_health_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import descriptor_pool as _descriptor_pool
+# Rewritten by hack/gen-protos: with upb, accel_plugins.api.loader builds the
+# classes; otherwise protoc's code runs as protoc wrote it.
 from google.protobuf import runtime_version as _runtime_version
-from google.protobuf import symbol_database as _symbol_database
-from google.protobuf.internal import builder as _builder
+from accel_plugins.api import loader as _loader
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -17,30 +16,41 @@ _runtime_version.ValidateProtobufRuntimeVersion(
     '',
     'accel_plugins/api/dra_health_v1.proto'
 )
-# @@protoc_insertion_point(imports)
 
-_sym_db = _symbol_database.Default()
+_SERIALIZED = b'\n%accel_plugins/api/dra_health_v1.proto\x12\x02v1\"\x1b\n\x19NodeWatchResourcesRequest\":\n\x10\x44\x65viceIdentifier\x12\x11\n\tpool_name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65vice_name\x18\x02 \x01(\t\"\xa8\x01\n\x0c\x44\x65viceHealth\x12$\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x14.v1.DeviceIdentifier\x12 \n\x06health\x18\x02 \x01(\x0e\x32\x10.v1.HealthStatus\x12\x19\n\x11last_updated_time\x18\x03 \x01(\x03\x12$\n\x1chealth_check_timeout_seconds\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\x1aNodeWatchResourcesResponse\x12!\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x10.v1.DeviceHealth*7\n\x0cHealthStatus\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07HEALTHY\x10\x01\x12\r\n\tUNHEALTHY\x10\x02\x32l\n\x11\x44RAResourceHealth\x12W\n\x12NodeWatchResources\x12\x1d.v1.NodeWatchResourcesRequest\x1a\x1e.v1.NodeWatchResourcesResponse\"\x00\x30\x01\x62\x06proto3'
+
+if _loader.UPB:
+  DESCRIPTOR = _loader.build(_SERIALIZED, globals(), __name__)
+else:
+  from google.protobuf import descriptor as _descriptor
+  from google.protobuf import descriptor_pool as _descriptor_pool
+  from google.protobuf import runtime_version as _runtime_version
+  from google.protobuf import symbol_database as _symbol_database
+  from google.protobuf.internal import builder as _builder
+  # @@protoc_insertion_point(imports)
+
+  _sym_db = _symbol_database.Default()
 
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%accel_plugins/api/dra_health_v1.proto\x12\x02v1\"\x1b\n\x19NodeWatchResourcesRequest\":\n\x10\x44\x65viceIdentifier\x12\x11\n\tpool_name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65vice_name\x18\x02 \x01(\t\"\xa8\x01\n\x0c\x44\x65viceHealth\x12$\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x14.v1.DeviceIdentifier\x12 \n\x06health\x18\x02 \x01(\x0e\x32\x10.v1.HealthStatus\x12\x19\n\x11last_updated_time\x18\x03 \x01(\x03\x12$\n\x1chealth_check_timeout_seconds\x18\x04 \x01(\x03\x12\x0f\n\x07message\x18\x05 \x01(\t\"?\n\x1aNodeWatchResourcesResponse\x12!\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x10.v1.DeviceHealth*7\n\x0cHealthStatus\x12\x0b\n\x07UNKNOWN\x10\x00\x12\x0b\n\x07HEALTHY\x10\x01\x12\r\n\tUNHEALTHY\x10\x02\x32l\n\x11\x44RAResourceHealth\x12W\n\x12NodeWatchResources\x12\x1d.v1.NodeWatchResourcesRequest\x1a\x1e.v1.NodeWatchResourcesResponse\"\x00\x30\x01\x62\x06proto3')
+  DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(_SERIALIZED)
 
-_globals = globals()
-_builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.dra_health_v1_pb2', _globals)
-if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_HEALTHSTATUS']._serialized_start=370
-  _globals['_HEALTHSTATUS']._serialized_end=425
-  _globals['_NODEWATCHRESOURCESREQUEST']._serialized_start=45
-  _globals['_NODEWATCHRESOURCESREQUEST']._serialized_end=72
-  _globals['_DEVICEIDENTIFIER']._serialized_start=74
-  _globals['_DEVICEIDENTIFIER']._serialized_end=132
-  _globals['_DEVICEHEALTH']._serialized_start=135
-  _globals['_DEVICEHEALTH']._serialized_end=303
-  _globals['_NODEWATCHRESOURCESRESPONSE']._serialized_start=305
-  _globals['_NODEWATCHRESOURCESRESPONSE']._serialized_end=368
-  _globals['_DRARESOURCEHEALTH']._serialized_start=427
-  _globals['_DRARESOURCEHEALTH']._serialized_end=535
-# @@protoc_insertion_point(module_scope)
+  _globals = globals()
+  _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
+  _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.dra_health_v1_pb2', _globals)
+  if not _descriptor._USE_C_DESCRIPTORS:
+    DESCRIPTOR._loaded_options = None
+    _globals['_HEALTHSTATUS']._serialized_start=370
+    _globals['_HEALTHSTATUS']._serialized_end=425
+    _globals['_NODEWATCHRESOURCESREQUEST']._serialized_start=45
+    _globals['_NODEWATCHRESOURCESREQUEST']._serialized_end=72
+    _globals['_DEVICEIDENTIFIER']._serialized_start=74
+    _globals['_DEVICEIDENTIFIER']._serialized_end=132
+    _globals['_DEVICEHEALTH']._serialized_start=135
+    _globals['_DEVICEHEALTH']._serialized_end=303
+    _globals['_NODEWATCHRESOURCESRESPONSE']._serialized_start=305
+    _globals['_NODEWATCHRESOURCESRESPONSE']._serialized_end=368
+    _globals['_DRARESOURCEHEALTH']._serialized_start=427
+    _globals['_DRARESOURCEHEALTH']._serialized_end=535
+  # @@protoc_insertion_point(module_scope)

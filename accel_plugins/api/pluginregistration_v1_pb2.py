@@ -4,11 +4,10 @@
 # source: accel_plugins/api/pluginregistration_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import descriptor_pool as _descriptor_pool
+# Rewritten by hack/gen-protos: with upb, accel_plugins.api.loader builds the
+# classes; otherwise protoc's code runs as protoc wrote it.
 from google.protobuf import runtime_version as _runtime_version
-from google.protobuf import symbol_database as _symbol_database
-from google.protobuf.internal import builder as _builder
+from accel_plugins.api import loader as _loader
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -17,28 +16,39 @@ _runtime_version.ValidateProtobufRuntimeVersion(
     '',
     'accel_plugins/api/pluginregistration_v1.proto'
 )
-# @@protoc_insertion_point(imports)
 
-_sym_db = _symbol_database.Default()
+_SERIALIZED = b'\n-accel_plugins/api/pluginregistration_v1.proto\x12\x12pluginregistration\"V\n\nPluginInfo\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x1a\n\x12supported_versions\x18\x04 \x03(\t\">\n\x12RegistrationStatus\x12\x19\n\x11plugin_registered\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"\x1c\n\x1aRegistrationStatusResponse\"\r\n\x0bInfoRequest2\xd2\x01\n\x0cRegistration\x12L\n\x07GetInfo\x12\x1f.pluginregistration.InfoRequest\x1a\x1e.pluginregistration.PluginInfo\"\x00\x12t\n\x18NotifyRegistrationStatus\x12&.pluginregistration.RegistrationStatus\x1a..pluginregistration.RegistrationStatusResponse\"\x00\x62\x06proto3'
+
+if _loader.UPB:
+  DESCRIPTOR = _loader.build(_SERIALIZED, globals(), __name__)
+else:
+  from google.protobuf import descriptor as _descriptor
+  from google.protobuf import descriptor_pool as _descriptor_pool
+  from google.protobuf import runtime_version as _runtime_version
+  from google.protobuf import symbol_database as _symbol_database
+  from google.protobuf.internal import builder as _builder
+  # @@protoc_insertion_point(imports)
+
+  _sym_db = _symbol_database.Default()
 
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-accel_plugins/api/pluginregistration_v1.proto\x12\x12pluginregistration\"V\n\nPluginInfo\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x1a\n\x12supported_versions\x18\x04 \x03(\t\">\n\x12RegistrationStatus\x12\x19\n\x11plugin_registered\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"\x1c\n\x1aRegistrationStatusResponse\"\r\n\x0bInfoRequest2\xd2\x01\n\x0cRegistration\x12L\n\x07GetInfo\x12\x1f.pluginregistration.InfoRequest\x1a\x1e.pluginregistration.PluginInfo\"\x00\x12t\n\x18NotifyRegistrationStatus\x12&.pluginregistration.RegistrationStatus\x1a..pluginregistration.RegistrationStatusResponse\"\x00\x62\x06proto3')
+  DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(_SERIALIZED)
 
-_globals = globals()
-_builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.pluginregistration_v1_pb2', _globals)
-if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_PLUGININFO']._serialized_start=69
-  _globals['_PLUGININFO']._serialized_end=155
-  _globals['_REGISTRATIONSTATUS']._serialized_start=157
-  _globals['_REGISTRATIONSTATUS']._serialized_end=219
-  _globals['_REGISTRATIONSTATUSRESPONSE']._serialized_start=221
-  _globals['_REGISTRATIONSTATUSRESPONSE']._serialized_end=249
-  _globals['_INFOREQUEST']._serialized_start=251
-  _globals['_INFOREQUEST']._serialized_end=264
-  _globals['_REGISTRATION']._serialized_start=267
-  _globals['_REGISTRATION']._serialized_end=477
-# @@protoc_insertion_point(module_scope)
+  _globals = globals()
+  _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
+  _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.pluginregistration_v1_pb2', _globals)
+  if not _descriptor._USE_C_DESCRIPTORS:
+    DESCRIPTOR._loaded_options = None
+    _globals['_PLUGININFO']._serialized_start=69
+    _globals['_PLUGININFO']._serialized_end=155
+    _globals['_REGISTRATIONSTATUS']._serialized_start=157
+    _globals['_REGISTRATIONSTATUS']._serialized_end=219
+    _globals['_REGISTRATIONSTATUSRESPONSE']._serialized_start=221
+    _globals['_REGISTRATIONSTATUSRESPONSE']._serialized_end=249
+    _globals['_INFOREQUEST']._serialized_start=251
+    _globals['_INFOREQUEST']._serialized_end=264
+    _globals['_REGISTRATION']._serialized_start=267
+    _globals['_REGISTRATION']._serialized_end=477
+  # @@protoc_insertion_point(module_scope)

@@ -4,11 +4,10 @@
 # source: accel_plugins/api/podresources_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
-from google.protobuf import descriptor as _descriptor
-from google.protobuf import descriptor_pool as _descriptor_pool
+# Rewritten by hack/gen-protos: with upb, accel_plugins.api.loader builds the
+# classes; otherwise protoc's code runs as protoc wrote it.
 from google.protobuf import runtime_version as _runtime_version
-from google.protobuf import symbol_database as _symbol_database
-from google.protobuf.internal import builder as _builder
+from accel_plugins.api import loader as _loader
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -17,50 +16,61 @@ _runtime_version.ValidateProtobufRuntimeVersion(
     '',
     'accel_plugins/api/podresources_v1.proto'
 )
-# @@protoc_insertion_point(imports)
 
-_sym_db = _symbol_database.Default()
+_SERIALIZED = b'\n\'accel_plugins/api/podresources_v1.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"{\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x02 \x03(\x03\x12#\n\x06memory\x18\x03 \x03(\x0b\x32\x13.v1.ContainerMemory\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"\xaf\x01\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\x12#\n\x06memory\x18\x04 \x03(\x0b\x32\x13.v1.ContainerMemory\x12.\n\x11\x64ynamic_resources\x18\x05 \x03(\x0b\x32\x13.v1.DynamicResource\"X\n\x0f\x43ontainerMemory\x12\x13\n\x0bmemory_type\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"p\n\x0f\x44ynamicResource\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0f\x63laim_namespace\x18\x03 \x01(\t\x12*\n\x0f\x63laim_resources\x18\x04 \x03(\x0b\x32\x11.v1.ClaimResourceJ\x04\x08\x01\x10\x02\"p\n\rClaimResource\x12\"\n\x0b\x63\x64i_devices\x18\x01 \x03(\x0b\x32\r.v1.CDIDevice\x12\x13\n\x0b\x64river_name\x18\x02 \x01(\t\x12\x11\n\tpool_name\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65vice_name\x18\x04 \x01(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\xfb\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x62\x06proto3'
+
+if _loader.UPB:
+  DESCRIPTOR = _loader.build(_SERIALIZED, globals(), __name__)
+else:
+  from google.protobuf import descriptor as _descriptor
+  from google.protobuf import descriptor_pool as _descriptor_pool
+  from google.protobuf import runtime_version as _runtime_version
+  from google.protobuf import symbol_database as _symbol_database
+  from google.protobuf.internal import builder as _builder
+  # @@protoc_insertion_point(imports)
+
+  _sym_db = _symbol_database.Default()
 
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'accel_plugins/api/podresources_v1.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"{\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x02 \x03(\x03\x12#\n\x06memory\x18\x03 \x03(\x0b\x32\x13.v1.ContainerMemory\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"\xaf\x01\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\x12#\n\x06memory\x18\x04 \x03(\x0b\x32\x13.v1.ContainerMemory\x12.\n\x11\x64ynamic_resources\x18\x05 \x03(\x0b\x32\x13.v1.DynamicResource\"X\n\x0f\x43ontainerMemory\x12\x13\n\x0bmemory_type\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"p\n\x0f\x44ynamicResource\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0f\x63laim_namespace\x18\x03 \x01(\t\x12*\n\x0f\x63laim_resources\x18\x04 \x03(\x0b\x32\x11.v1.ClaimResourceJ\x04\x08\x01\x10\x02\"p\n\rClaimResource\x12\"\n\x0b\x63\x64i_devices\x18\x01 \x03(\x0b\x32\r.v1.CDIDevice\x12\x13\n\x0b\x64river_name\x18\x02 \x01(\t\x12\x11\n\tpool_name\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65vice_name\x18\x04 \x01(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\xfb\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x62\x06proto3')
+  DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(_SERIALIZED)
 
-_globals = globals()
-_builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.podresources_v1_pb2', _globals)
-if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=47
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=76
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=78
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=201
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=203
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=228
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=230
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=297
-  _globals['_PODRESOURCES']._serialized_start=299
-  _globals['_PODRESOURCES']._serialized_end=390
-  _globals['_CONTAINERRESOURCES']._serialized_start=393
-  _globals['_CONTAINERRESOURCES']._serialized_end=568
-  _globals['_CONTAINERMEMORY']._serialized_start=570
-  _globals['_CONTAINERMEMORY']._serialized_end=658
-  _globals['_CONTAINERDEVICES']._serialized_start=660
-  _globals['_CONTAINERDEVICES']._serialized_end=757
-  _globals['_TOPOLOGYINFO']._serialized_start=759
-  _globals['_TOPOLOGYINFO']._serialized_end=802
-  _globals['_NUMANODE']._serialized_start=804
-  _globals['_NUMANODE']._serialized_end=826
-  _globals['_DYNAMICRESOURCE']._serialized_start=828
-  _globals['_DYNAMICRESOURCE']._serialized_end=940
-  _globals['_CLAIMRESOURCE']._serialized_start=942
-  _globals['_CLAIMRESOURCE']._serialized_end=1054
-  _globals['_CDIDEVICE']._serialized_start=1056
-  _globals['_CDIDEVICE']._serialized_end=1081
-  _globals['_GETPODRESOURCESREQUEST']._serialized_start=1083
-  _globals['_GETPODRESOURCESREQUEST']._serialized_end=1148
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_start=1150
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_end=1216
-  _globals['_PODRESOURCESLISTER']._serialized_start=1219
-  _globals['_PODRESOURCESLISTER']._serialized_end=1470
-# @@protoc_insertion_point(module_scope)
+  _globals = globals()
+  _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
+  _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'accel_plugins.api.podresources_v1_pb2', _globals)
+  if not _descriptor._USE_C_DESCRIPTORS:
+    DESCRIPTOR._loaded_options = None
+    _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=47
+    _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=76
+    _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=78
+    _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=201
+    _globals['_LISTPODRESOURCESREQUEST']._serialized_start=203
+    _globals['_LISTPODRESOURCESREQUEST']._serialized_end=228
+    _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=230
+    _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=297
+    _globals['_PODRESOURCES']._serialized_start=299
+    _globals['_PODRESOURCES']._serialized_end=390
+    _globals['_CONTAINERRESOURCES']._serialized_start=393
+    _globals['_CONTAINERRESOURCES']._serialized_end=568
+    _globals['_CONTAINERMEMORY']._serialized_start=570
+    _globals['_CONTAINERMEMORY']._serialized_end=658
+    _globals['_CONTAINERDEVICES']._serialized_start=660
+    _globals['_CONTAINERDEVICES']._serialized_end=757
+    _globals['_TOPOLOGYINFO']._serialized_start=759
+    _globals['_TOPOLOGYINFO']._serialized_end=802
+    _globals['_NUMANODE']._serialized_start=804
+    _globals['_NUMANODE']._serialized_end=826
+    _globals['_DYNAMICRESOURCE']._serialized_start=828
+    _globals['_DYNAMICRESOURCE']._serialized_end=940
+    _globals['_CLAIMRESOURCE']._serialized_start=942
+    _globals['_CLAIMRESOURCE']._serialized_end=1054
+    _globals['_CDIDEVICE']._serialized_start=1056
+    _globals['_CDIDEVICE']._serialized_end=1081
+    _globals['_GETPODRESOURCESREQUEST']._serialized_start=1083
+    _globals['_GETPODRESOURCESREQUEST']._serialized_end=1148
+    _globals['_GETPODRESOURCESRESPONSE']._serialized_start=1150
+    _globals['_GETPODRESOURCESRESPONSE']._serialized_end=1216
+    _globals['_PODRESOURCESLISTER']._serialized_start=1219
+    _globals['_PODRESOURCESLISTER']._serialized_end=1470
+  # @@protoc_insertion_point(module_scope)

@@ -154,7 +154,6 @@ async def serve(
                 await warming
             finally:
                 sys.setswitchinterval(switch)
-            from accel_plugins.kube.events import node_events
             from accel_plugins.metrics import metrics_server
 
             extra = []
@@ -165,17 +164,10 @@ async def serve(
             metrics = metrics_server(manager, recorder, pod_resources, node_name, extra)
             if listener is not None:
                 await metrics.start(sock=listener)
-            # After the kubelet has the devices, like metrics (issue 17); the watch
-            # replays devices already Unhealthy to the Events it starts.
-            await extras.enter_async_context(
-                node_events(manager.health, node_name, kubeconfig=kubeconfig)
-            )
-            if cordons is not None:
-                from accel_plugins.kube.cordon import node_cordons
-
-                await extras.enter_async_context(
-                    node_cordons(cordons, node_name, kubeconfig=kubeconfig)
-                )
+            if node_name:
+                await _follow_node(extras, manager, node_name, kubeconfig, cordons)
+            else:  # the API-server modules stay unloaded (issue 34)
+                log.info("no Node Events and no cordon annotation watch: --node-name is not set")
         await running
     finally:
         await extras.aclose()
@@ -193,6 +185,25 @@ async def serve(
         if listener is not None:
             listener.close()
     return 0
+
+
+async def _follow_node(
+    extras: contextlib.AsyncExitStack,
+    manager: Manager,
+    node_name: str,
+    kubeconfig: str | None,
+    cordons: Cordons | None,
+) -> None:
+    """Node Events for health changes and the operator's cordon annotation, while
+    ``extras`` lasts. After the kubelet has the devices, like metrics (issue 17); the
+    watch replays devices already Unhealthy to the Events it starts."""
+    from accel_plugins.kube.events import node_events
+
+    await extras.enter_async_context(node_events(manager.health, node_name, kubeconfig=kubeconfig))
+    if cordons is not None:
+        from accel_plugins.kube.cordon import node_cordons
+
+        await extras.enter_async_context(node_cordons(cordons, node_name, kubeconfig=kubeconfig))
 
 
 METRICS_AFTER = 1.0  # seconds: metrics start by then even while no kubelet answers

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -71,7 +70,9 @@ def _libc() -> ctypes.CDLL:
     process = ctypes.CDLL(None, use_errno=True)
     if hasattr(process, "inotify_init1"):
         return process
-    name = ctypes.util.find_library("c") or "libc.so.6"
+    from ctypes.util import find_library
+
+    name = find_library("c") or "libc.so.6"
     try:
         return ctypes.CDLL(name, use_errno=True)
     except OSError as exc:

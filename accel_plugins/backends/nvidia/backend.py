@@ -8,7 +8,7 @@ from collections.abc import Collection, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accel_plugins.backends.nvidia.config.config import NvidiaSettings
+from accel_plugins.backends.nvidia.config.settings import NvidiaSettings
 from accel_plugins.backends.nvidia.discovery import Gpu, Node, discover
 from accel_plugins.backends.nvidia.errors import NvmlError, NvmlInitError
 from accel_plugins.backends.nvidia.facts import gpu_facts, known_gpu

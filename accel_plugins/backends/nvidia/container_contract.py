@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -149,18 +149,49 @@ def read_mig_minors(path: Path = Path(MIG_MINORS_FILE)) -> dict[str, int]:
     return table
 
 
-def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8) -> dict[str, int]:
+def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8) -> Mapping[str, int]:
     """A table laid out like the driver's (config, monitor, then per GPU/GI/CI), for simulation."""
-    table = {"config": 1, "monitor": 2}
-    minor = 3
-    for gpu in range(gpus):
-        for gi in range(gpu_instances):
-            table[f"gpu{gpu}/gi{gi}/access"] = minor
-            minor += 1
-            for ci in range(compute):
-                table[f"gpu{gpu}/gi{gi}/ci{ci}/access"] = minor
-                minor += 1
-    return table
+    return _MigMinorLayout(gpus, gpu_instances, compute)
+
+
+class _MigMinorLayout(Mapping[str, int]):
+    """The driver's MIG capability table, by arithmetic: the same entries as the file
+    would list, without holding a thousand strings per eight GPUs (issue 34)."""
+
+    def __init__(self, gpus: int, gpu_instances: int, compute: int) -> None:
+        self._gpus, self._gpu_instances, self._compute = gpus, gpu_instances, compute
+
+    def __getitem__(self, key: str) -> int:
+        if key in ("config", "monitor"):
+            return 1 if key == "config" else 2
+        parts = key.split("/")
+        if len(parts) not in (3, 4) or parts[-1] != "access":
+            raise KeyError(key)
+        gpu = _index(key, parts[0], "gpu", self._gpus)
+        gi = _index(key, parts[1], "gi", self._gpu_instances)
+        minor = 3 + (gpu * self._gpu_instances + gi) * (1 + self._compute)
+        if len(parts) == 4:
+            minor += 1 + _index(key, parts[2], "ci", self._compute)
+        return minor
+
+    def __iter__(self) -> Iterator[str]:
+        yield from ("config", "monitor")
+        for gpu in range(self._gpus):
+            for gi in range(self._gpu_instances):
+                yield f"gpu{gpu}/gi{gi}/access"
+                for ci in range(self._compute):
+                    yield f"gpu{gpu}/gi{gi}/ci{ci}/access"
+
+    def __len__(self) -> int:
+        return 2 + self._gpus * self._gpu_instances * (1 + self._compute)
+
+
+def _index(key: str, part: str, prefix: str, bound: int) -> int:
+    """``gpu3`` -> 3 for prefix ``gpu`` below ``bound``; else ``key`` is not in the table."""
+    digits = part.removeprefix(prefix)
+    if digits == part or not digits.isdigit() or int(digits) >= bound:
+        raise KeyError(key)
+    return int(digits)
 
 
 def _is_char_device(path: Path) -> bool:

@@ -13,13 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel_plugins.backends.nvidia.backend import create_backend
-from accel_plugins.backends.nvidia.config.config import (
-    NvidiaSettings,
-    Overrides,
-    cdi_only_warnings,
-    load_config_file,
-    resolve,
-)
+from accel_plugins.backends.nvidia.config.resolve import cdi_only_warnings, resolve
+from accel_plugins.backends.nvidia.config.settings import NvidiaSettings, Overrides
 from accel_plugins.backends.nvidia.container_contract import (
     CDI_STRATEGIES,
     find_imex_channels,
@@ -72,7 +67,11 @@ def load_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> Nvi
     """
     config = options.get("config")
     strict = bool(options.get("strict_config"))
-    file = load_config_file(Path(config), strict=strict) if config else None
+    file = None
+    if config:  # the file's parser loads only for a file (issue 34)
+        from accel_plugins.backends.nvidia.config.config_file import load_config_file
+
+        file = load_config_file(Path(config), strict=strict)
     return resolve(_overrides(options), file, environ)
 
 

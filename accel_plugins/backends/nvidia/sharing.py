@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from accel_plugins.backends.nvidia.config.config import ReplicatedResource, TimeSlicing
+from accel_plugins.backends.nvidia.config.settings import ReplicatedResource, TimeSlicing
 from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.errors import ConfigError
 from accel_plugins.plugin.device import Device

@@ -29,8 +29,8 @@ Every error names the file, the field path and the reason.
 
 from __future__ import annotations
 
+import hashlib
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ from accel_plugins.backends.nvidia.allocation.pair_score import parse_link
 from accel_plugins.util.configfields import Fields
 
 _MIG_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb$")
-_UUID_NAMESPACE = uuid.UUID("6c1b1a9e-8f1e-4b8a-9d6e-3a3f4f0c2b71")
+_UUID_NAMESPACE = bytes.fromhex("6c1b1a9e8f1e4b8a9d6e3a3f4f0c2b71")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +102,23 @@ def parse_mig_profile(text: str) -> SimMig | None:
 
 
 def gpu_uuid(profile: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{profile}/{index}')}"
+    return f"GPU-{_uuid5(f'{profile}/{index}')}"
 
 
 def mig_uuid(gpu: str, slot: int) -> str:
-    return f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{gpu}/mig/{slot}')}"
+    return f"MIG-{_uuid5(f'{gpu}/mig/{slot}')}"
+
+
+def _uuid5(name: str) -> str:
+    """RFC 4122's name-based UUID (SHA-1) in our namespace, the text ``uuid.uuid5`` gives;
+    written out because the uuid module loads ``platform`` and its regexes (issue 34)."""
+    digest = bytearray(
+        hashlib.sha1(_UUID_NAMESPACE + name.encode(), usedforsecurity=False).digest()[:16]
+    )
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    text = digest.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def default_bus_id(index: int) -> str:
