@@ -98,6 +98,29 @@ __all__ = [
 # the other backends nor for the built-in and operator commands (issue 17).
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with the terminal's width found as ``shutil`` finds it but
+    without importing ``shutil``: argparse makes a formatter for every flag it adds, and
+    ``shutil`` brings the bz2 and lzma modules onto a starting plugin's path (issue 34)."""
+
+    def __init__(self, prog: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("width", _terminal_columns() - 2)
+        super().__init__(prog, *args, **kwargs)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0 and sys.__stdout__ is not None:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # not a terminal, or closed
+            columns = 0
+    return columns if columns > 0 else 80
+
+
 class CommandParser(argparse.ArgumentParser):
     """A subcommand's parser; a backend's ``common_aliases`` become more spellings of the
     common flags (squat's ``--plugin-directory`` for ``--plugin-dir``)."""
@@ -107,6 +130,7 @@ class CommandParser(argparse.ArgumentParser):
     ) -> None:
         # Set first: ArgumentParser.__init__ already adds -h through add_argument.
         self.common_aliases = dict(common_aliases or {})
+        kw.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kw)
 
     def add_argument(self, *names: Any, **kwargs: Any) -> argparse.Action:
@@ -122,6 +146,7 @@ def build_parser(
         backends = installed_backends(wanted_backends(argv))
     parser = argparse.ArgumentParser(
         prog="accel-plugins",
+        formatter_class=HelpFormatter,
         description="Kubernetes device plugins for GPUs and /dev hardware.",
         epilog=f"Backends are the entry points of installed packages in the group "
         f"{ENTRY_POINT_GROUP}. 'accel-plugins COMMAND --help' shows a command's flags, "

@@ -70,7 +70,6 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             "--plugins-registry-dir", "", f"{args.plugin_dir} must differ from --plugin-dir"
         )
     dra = _dra_settings(args) if args.kubelet_api == "dra" else None
-    from accel_plugins.deviceplugin.manager import ManagerSettings
     from accel_plugins.metrics.address import parse_address
     from accel_plugins.runtime.cordon import Cordons
     from accel_plugins.runtime.podresources import PodResourcesCache
@@ -112,7 +111,9 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             handover=handover,
             switch=_switch_settings(args),
         )
-    else:
+    else:  # the device-plugin modules load in this mode only (issue 34)
+        from accel_plugins.deviceplugin.manager import ManagerSettings
+
         settings = ManagerSettings(
             plugin_dir=args.plugin_dir,
             kubelet_socket=args.kubelet_socket,

@@ -211,14 +211,20 @@ WARM_SWITCH_INTERVAL = 0.0005  # seconds: a gRPC call waits at most this for the
 
 
 async def warm_backend(backend: object) -> None:
-    """Let a :class:`~accel_plugins.plugin.backend.Warmer` load ahead, in a worker thread."""
-    from accel_plugins.plugin.backend import Warmer
+    """Let a :class:`~accel_plugins.plugin.backend.Warmer` and a
+    :class:`~accel_plugins.plugin.backend.PreferenceWarmer` load ahead, in a worker thread."""
+    from accel_plugins.plugin.backend import PreferenceWarmer, Warmer
 
-    if isinstance(backend, Warmer):
-        try:
-            await asyncio.to_thread(backend.warm)
-        except Exception:
-            log.exception("warming the backend up failed; its first calls load what they need")
+    def warm() -> None:
+        if isinstance(backend, Warmer):
+            backend.warm()
+        if isinstance(backend, PreferenceWarmer):
+            backend.warm_preferences()
+
+    try:
+        await asyncio.to_thread(warm)
+    except Exception:
+        log.exception("warming the backend up failed; its first calls load what they need")
 
 
 def _metrics_listener(address: tuple[str, int]) -> socket.socket:

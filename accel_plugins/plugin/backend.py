@@ -108,14 +108,24 @@ class Warmer(Protocol):
     """Loads ahead what its hooks load on their first call (modules, tables, caches).
 
     Start-up stays lean by loading such things late, but then the first
-    Allocate or GetPreferredAllocation pays for them while a pod waits. The
-    framework calls :meth:`warm` once the kubelet has the devices, in a
-    worker thread, so the first call costs what later ones cost. It must be
-    safe beside a hook call running at the same time; an exception is logged
-    and changes nothing else.
+    Allocate (or DRA Prepare) pays for them while a pod waits. The framework
+    calls :meth:`warm` once the kubelet has the devices, in a worker thread, in
+    both modes, so the first call costs what later ones cost. It must be safe
+    beside a hook call running at the same time; an exception is logged and
+    changes nothing else.
     """
 
     def warm(self) -> None: ...
+
+
+@runtime_checkable
+class PreferenceWarmer(Protocol):
+    """Loads ahead what GetPreferredAllocation loads on its first call (a topology
+    table, say), as :class:`Warmer` does for Allocate. Called in device-plugin mode
+    only, after :meth:`Warmer.warm`: DRA has no preferred allocation, so a DRA
+    driver never pays for it (issue 34)."""
+
+    def warm_preferences(self) -> None: ...
 
 
 def cdi_keeper(backend: object) -> CdiSpecKeeper | None:

@@ -21,8 +21,6 @@ from pathlib import Path
 
 import grpc
 
-from accel_plugins.api import podresources_v1_pb2 as pr
-from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.plugin.backend import PodRef
 
 log = logging.getLogger(__name__)
@@ -87,6 +85,10 @@ class PodResourcesCache:
         if not self.socket.exists():
             self._forget()
             return
+        # The API's messages load with the first kubelet that serves it (issue 34).
+        from accel_plugins.api import podresources_v1_pb2 as pr
+        from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
+
         try:
             async with grpc.aio.insecure_channel(f"unix://{self.socket}") as channel:
                 stub = pr_grpc.PodResourcesListerStub(channel)

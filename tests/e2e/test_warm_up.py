@@ -5,7 +5,9 @@ then paid for the modules and the GPU link matrix (110-165 ms on a simulated
 8-GPU node, later calls 2 ms) and the first Prepare for the file helpers. A
 backend that is a Warmer is warmed in a worker thread (never on the event
 loop, which serves the kubelet meanwhile) after the kubelet has its devices,
-through ``accel-plugins <backend>``'s serve and through the DRA driver.
+through ``accel-plugins <backend>``'s serve and through the DRA driver; a
+PreferenceWarmer's preferences only in device-plugin mode, since DRA has no
+preferred allocation (issue 34).
 """
 
 from __future__ import annotations
@@ -38,11 +40,18 @@ class WarmedBackend(ScriptedBackend):
         super().__init__(devices)
         self.loop = asyncio.get_running_loop()
         self.warmed = asyncio.Event()
+        self.preferences_warmed = asyncio.Event()
         self.threads: list[threading.Thread] = []
+        self.calls: list[str] = []
 
     def warm(self) -> None:
         self.threads.append(threading.current_thread())
+        self.calls.append("warm")
         self.loop.call_soon_threadsafe(self.warmed.set)
+
+    def warm_preferences(self) -> None:
+        self.calls.append("warm_preferences")
+        self.loop.call_soon_threadsafe(self.preferences_warmed.set)
 
 
 def cards() -> DeviceTree:
@@ -59,6 +68,8 @@ async def test_serve_warms_the_backend_in_a_worker_thread_once_the_kubelet_has_t
         await asyncio.wait_for(backend.warmed.wait(), 10)
         assert len(backend.threads) == 1
         assert backend.threads[0] is not threading.main_thread()
+        await asyncio.wait_for(backend.preferences_warmed.wait(), 10)
+        assert backend.calls == ["warm", "warm_preferences"]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -70,6 +81,7 @@ async def test_the_dra_driver_warms_the_backend_in_a_worker_thread(start_driver:
     await start_driver(backend, FakeClaims())
     await asyncio.wait_for(backend.warmed.wait(), 10)
     assert backend.threads[0] is not threading.main_thread()
+    assert backend.calls == ["warm"]  # no preferred allocation in DRA: nothing to warm for it
 
 
 async def test_a_warmed_nvidia_backend_builds_no_link_matrix_on_its_first_preferred_call(
@@ -89,6 +101,8 @@ async def test_a_warmed_nvidia_backend_builds_no_link_matrix_on_its_first_prefer
     try:
         published = await trees.wait_for(lambda t: "nvidia.com/gpu" in t)
         await asyncio.to_thread(backend.warm)
+        assert built == []  # Allocate's modules only: DRA calls this one too
+        await asyncio.to_thread(backend.warm_preferences)
         assert built == [8]
         gpus = list(published["nvidia.com/gpu"].values())
         backend.preferred_allocation("nvidia.com/gpu", gpus, [], 2)

@@ -376,9 +376,12 @@ class NvidiaBackend:
         return False
 
     def warm(self) -> None:
-        """Warmer: the modules of Allocate and GetPreferredAllocation, and the link matrix
-        (NVML's link queries for every GPU pair), loaded before the first such call."""
+        """Warmer: Allocate's modules (DRA's Prepare allocates through them too)."""
         from accel_plugins.backends.nvidia import container_contract  # noqa: F401
+
+    def warm_preferences(self) -> None:
+        """PreferenceWarmer: GetPreferredAllocation's modules and the link matrix (NVML's
+        link queries for every GPU pair), loaded before the first call; never in DRA mode."""
         from accel_plugins.backends.nvidia.allocation import best_effort_search  # noqa: F401
         from accel_plugins.backends.nvidia.allocation.pair_score import LinkMatrix
         from accel_plugins.backends.nvidia.allocation.preferred_allocation import (  # noqa: F401

@@ -14,7 +14,7 @@ EXPECTED = {
     "Backend", "Publish", "Device", "DeviceNode", "Mount", "Health", "DeviceTree", "tree",
     "HealthReason", "ReasonKind",
     "ContainerAllocation", "Allocator", "PreferredAllocator", "PreStarter", "PreferenceScope",
-    "MetricsProvider", "CdiSpecKeeper", "Warmer", "Holders", "PodRef",
+    "MetricsProvider", "CdiSpecKeeper", "Warmer", "PreferenceWarmer", "Holders", "PodRef",
     "BackendCommand", "BackendContext", "BackendFactory", "Option", "InUse",
     "ENTRY_POINT_GROUP", "AccelPluginsError", "AllocationError", "BackendError", "ConfigError",
     "HookError", "InvalidSnapshotError", "check_preferred_request", "natural_key",
