@@ -414,3 +414,45 @@ def test_mig_minors_file_is_parsed(tmp_path: Path) -> None:
         "gpu0/gi1/ci0/access": 13,
     }
     assert read_mig_minors(tmp_path / "absent") == {}
+
+
+def _listed_mig_minors(gpus: int, gpu_instances: int = 15, compute: int = 8) -> dict[str, int]:
+    """The table as the driver's file lists it: config, monitor, then per GPU, per GPU
+    instance its access minor followed by its compute instances'."""
+    table = {"config": 1, "monitor": 2}
+    for gpu in range(gpus):
+        for gi in range(gpu_instances):
+            table[f"gpu{gpu}/gi{gi}/access"] = len(table) + 1
+            for ci in range(compute):
+                table[f"gpu{gpu}/gi{gi}/ci{ci}/access"] = len(table) + 1
+    return table
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 4, 8])
+def test_simulated_mig_minors_are_the_listed_table_without_holding_it(gpus: int) -> None:
+    minors = generated_mig_minors(gpus)
+    listed = _listed_mig_minors(gpus)
+    assert dict(minors) == listed
+    assert len(minors) == len(listed)
+    assert all(minors[key] == minor for key, minor in listed.items())
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "gpu8/gi0/access",  # past the last GPU
+        "gpu0/gi15/access",  # past the last GPU instance
+        "gpu0/gi0/ci8/access",  # past the last compute instance
+        "gpux/gi0/access",
+        "gi0/gpu0/access",
+        "gpu0/gi0",
+        "gpu0/gi0/ci0/access/extra",
+        "gpu-1/gi0/access",
+        "",
+    ],
+)
+def test_simulated_mig_minors_know_no_other_key(key: str) -> None:
+    minors = generated_mig_minors(8)
+    assert key not in minors
+    with pytest.raises(KeyError):
+        minors[key]

@@ -370,3 +370,21 @@ def test_a_lost_gpu_is_left_out_of_discovery() -> None:
     assert node.lost == (2,)
     assert node.gpus[2].links == ("SYS", "SYS", "X")
     assert node.gpus[2].peers == (0, 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("profile", "index"), [("pcie-8gpu-nvlink-pairs", 0), ("a100", 7), ("ü", 1)]
+)
+def test_simulated_uuids_are_rfc4122_name_based_uuids_in_our_namespace(
+    profile: str, index: int
+) -> None:
+    """Written out without the uuid module (it loads platform's regexes at start-up);
+    the text is what uuid.uuid5 gives for the same namespace and name."""
+    import uuid
+
+    from accel_plugins.backends.nvidia.simulate.simulated_profile import gpu_uuid, mig_uuid
+
+    namespace = uuid.UUID("6c1b1a9e-8f1e-4b8a-9d6e-3a3f4f0c2b71")
+    gpu = gpu_uuid(profile, index)
+    assert gpu == f"GPU-{uuid.uuid5(namespace, f'{profile}/{index}')}"
+    assert mig_uuid(gpu, 3) == f"MIG-{uuid.uuid5(namespace, f'{gpu}/mig/3')}"
