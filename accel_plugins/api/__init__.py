@@ -1,1 +1,2 @@
-"""Generated kubelet API stubs; regenerate with hack/gen-protos."""
+"""Generated kubelet API stubs; regenerate with hack/gen-protos. loader.py,
+written by hand, builds their classes on protobuf's upb extension."""

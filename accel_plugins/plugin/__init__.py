@@ -3,7 +3,8 @@
 A backend describes devices (:class:`Device`) and publishes :class:`DeviceTree`
 snapshots; it optionally answers the hooks (:class:`Allocator`,
 :class:`PreferredAllocator`, :class:`PreStarter`, :class:`MetricsProvider`,
-:class:`CdiSpecKeeper`, :class:`Warmer`, :class:`PreferenceWarmer`) and the DRA capabilities (``Dra*``), and
+:class:`CdiSpecKeeper`, :class:`Warmer`, :class:`PreferenceWarmer`) and the DRA
+capabilities (``Dra*``), and
 becomes ``accel-plugins <name>`` through a :class:`BackendCommand` named in the
 entry-point group :data:`ENTRY_POINT_GROUP`. Either mode then serves it: the
 device plugin (:mod:`accel_plugins.deviceplugin`) or the DRA driver
@@ -37,10 +38,10 @@ from accel_plugins.plugin.backend import (
     MetricsProvider,
     PodRef,
     PreferenceScope,
+    PreferenceWarmer,
     PreferredAllocator,
     PreStarter,
     Publish,
-    PreferenceWarmer,
     Warmer,
 )
 from accel_plugins.plugin.command import (
@@ -171,10 +172,10 @@ __all__ = [
     "PodRef",
     "PreStarter",
     "PreferenceScope",
+    "PreferenceWarmer",
     "PreferredAllocator",
     "Publish",
     "ReasonKind",
-    "PreferenceWarmer",
     "Warmer",
     "check_preferred_request",
     "natural_key",

@@ -149,7 +149,9 @@ def read_mig_minors(path: Path = Path(MIG_MINORS_FILE)) -> dict[str, int]:
     return table
 
 
-def generated_mig_minors(gpus: int, *, gpu_instances: int = 15, compute: int = 8) -> Mapping[str, int]:
+def generated_mig_minors(
+    gpus: int, *, gpu_instances: int = 15, compute: int = 8
+) -> Mapping[str, int]:
     """A table laid out like the driver's (config, monitor, then per GPU/GI/CI), for simulation."""
     return _MigMinorLayout(gpus, gpu_instances, compute)
 
