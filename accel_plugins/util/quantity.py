@@ -40,3 +40,17 @@ def parse_quantity(value: object) -> Fraction:
         return number * Fraction(1024) ** _BINARY[suffix]
     exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
     return number * Fraction(10) ** exponent
+
+
+def binary_si(value: int) -> str:
+    """A whole count in the canonical binary form the API server writes for a quantity made
+    in binary units (apimachinery's ``NewQuantity(v, BinarySI)``): the largest power of 1024
+    that divides it exactly (``85899345920`` -> ``80Gi``), plain below 1024 or when none
+    does (``1536`` -> ``1536``), as NVIDIA's DRA driver writes its capacities."""
+    if value < 1024 and value > -1024:
+        return str(value)
+    for suffix, power in sorted(_BINARY.items(), key=lambda item: -item[1]):
+        unit = 1024**power
+        if value % unit == 0:
+            return f"{value // unit}{suffix}"
+    return str(value)

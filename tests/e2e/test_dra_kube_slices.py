@@ -150,6 +150,7 @@ async def test_simulated_gpus_publish_nvidia_attributes(
     first = attrs(gpus[0])
     assert first["type"] == "gpu"
     assert first["productName"] == "NVIDIA H100 80GB HBM3"
+    assert first["brand"] == "Nvidia"  # NVML_BRAND_NVIDIA under go-nvlib's name
     assert first["architecture"] == "Hopper"
     assert first["cudaComputeCapability"] == "9.0.0"
     assert first["driverVersion"] == DraVersion.loose(SIMULATED_DRIVER_VERSION).value
@@ -159,7 +160,8 @@ async def test_simulated_gpus_publish_nvidia_attributes(
     assert gpus[0].name == dra_device_name(str(first["uuid"]))
     facts = {gpu_facts(d).uuid: gpu_facts(d) for d in recorder.latest["nvidia.com/gpu"].values()}
     memory = facts[str(first["uuid"])].memory_mib << 20
-    assert (gpus[0].capacity or {})["memory"] == {"value": str(memory)}
+    # Written in binary units as NVIDIA's driver writes it (81559Mi), the API server keeps it so.
+    assert (gpus[0].capacity or {})["memory"] == {"value": f"{memory >> 20}Mi"}
 
 
 @pytest.mark.parametrize(

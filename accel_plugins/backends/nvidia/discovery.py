@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from accel_plugins.backends.nvidia.allocation.pair_score import PCIE_OF_LEVEL, PairLink
-from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError
+from accel_plugins.backends.nvidia.errors import GpuLostError, NvmlError, NvmlNotSupportedError
 from accel_plugins.backends.nvidia.nvml import Handle, MigPlacement, Nvml
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class Gpu:
     numa_node: int | None
     mig_enabled: bool
     migs: tuple[MigDevice, ...] = ()
+    brand: int = 0  # NVML_BRAND_*; 0 (unknown) where NVML does not say
     links: tuple[str, ...] = ()
     peers: tuple[int, ...] = ()
 
@@ -93,20 +95,7 @@ def discover(nvml: Nvml) -> Node:
     rows = link_matrix(nvml, handles, [g.pci_bus_id for g in partial])
     peers = tuple(g.index for g in partial)
     gpus = tuple(
-        Gpu(
-            index=g.index,
-            uuid=g.uuid,
-            minor=g.minor,
-            name=g.name,
-            memory_mib=g.memory_mib,
-            pci_bus_id=g.pci_bus_id,
-            numa_node=g.numa_node,
-            mig_enabled=g.mig_enabled,
-            migs=g.migs,
-            links=row,
-            peers=peers,
-        )
-        for g, row in zip(partial, rows, strict=True)
+        dataclasses.replace(g, links=row, peers=peers) for g, row in zip(partial, rows, strict=True)
     )
     return Node(gpus=gpus, lost=tuple(lost))
 
@@ -137,7 +126,16 @@ def _read_gpu(nvml: Nvml, index: int, handle: Handle) -> Gpu:
         numa_node=nvml.numa_node(handle),
         mig_enabled=mig_enabled,
         migs=tuple(migs),
+        brand=_brand(nvml, handle),
     )
+
+
+def _brand(nvml: Nvml, handle: Handle) -> int:
+    """The GPU's brand; 0 (unknown) where NVML cannot say: it only names the product."""
+    try:
+        return nvml.brand(handle)
+    except NvmlNotSupportedError:  # a missing function is one too
+        return 0
 
 
 def link_matrix(

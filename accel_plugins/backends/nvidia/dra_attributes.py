@@ -6,10 +6,11 @@ So a DeviceClass or claim written for NVIDIA's driver (driver ``gpu.nvidia.com``
 (``gpu`` or ``mig``), ``uuid``, ``productName``, ``architecture``,
 ``cudaComputeCapability``, ``driverVersion``, ``cudaDriverVersion`` (versions,
 as NVIDIA publishes them), the standard ``resource.kubernetes.io/pciBusID`` and
-``pcieRoot``, and capacity ``memory`` in bytes; MIG devices add ``profile`` and
-``parentUUID``. Ours beyond NVIDIA's: ``index`` (a GPU's NVML index),
-``parentIndex`` (a MIG device's GPU), ``replica`` for time-sliced or MPS
-replicas. ``brand`` is left out: our NVML adapter does not read it.
+``pcieRoot``, ``brand`` (NVML's brand under go-nvlib's names: ``Nvidia``,
+``Tesla``...) and capacity ``memory``, written as NVIDIA writes it (a quantity
+in binary units: ``80Gi``); MIG devices add ``profile`` and ``parentUUID``.
+Ours beyond NVIDIA's: ``index`` (a GPU's NVML index), ``parentIndex`` (a MIG
+device's GPU), ``replica`` for time-sliced or MPS replicas (docs/nvidia.md).
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ DRIVER_NAME = (
     "gpu.nvidia.com"  # NVIDIA's DRA driver name: its DeviceClass gpu.nvidia.com selects it
 )
 MIB = 1 << 20
+# NVML's nvmlBrandType_t values as go-nvlib names them (GetBrandAsString), which NVIDIA's
+# driver publishes; a value past the table is "Unknown", as there.
+BRANDS = (
+    "Unknown", "Quadro", "Tesla", "NVS", "Grid", "GeForce", "Titan", "NvidiaVApps",
+    "NvidiaVPC", "NvidiaVCS", "NvidiaVWS", "NvidiaCloudGaming", "QuadroRTX", "NvidiaRTX",
+    "Nvidia", "GeForceRTX", "TitanRTX",
+)  # fmt: skip
+
+
+def brand_name(value: int) -> str:
+    return BRANDS[value] if 0 <= value < len(BRANDS) else "Unknown"
 
 
 def architecture(major: int, minor: int) -> str | None:
@@ -66,6 +78,7 @@ def describe(
         "type": facts.kind,
         "uuid": facts.uuid,
         "productName": facts.name,
+        "brand": brand_name(facts.brand),
     }
     if facts.kind == "mig":
         attributes["parentIndex"] = facts.gpu_index

@@ -43,6 +43,7 @@ class GpuFacts:
     compute_instance: int | None = None
     replica: int | None = None
     replica_of: str | None = None
+    brand: int = 0  # the (parent) GPU's NVML_BRAND_* value
 
     @property
     def is_replica(self) -> bool:

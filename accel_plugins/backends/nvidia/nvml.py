@@ -265,6 +265,11 @@ class Pynvml:
             )
         )
 
+    def brand(self, handle: Handle) -> int:
+        import pynvml
+
+        return int(self._call("nvmlDeviceGetBrand", pynvml.nvmlDeviceGetBrand, handle))
+
     def numa_node(self, handle: Handle) -> int | None:
         import pynvml
 

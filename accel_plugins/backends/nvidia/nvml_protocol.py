@@ -28,6 +28,7 @@ TOPOLOGY_MULTIPLE = 20  # several PCIe switches, no host bridge: PXB
 TOPOLOGY_HOSTBRIDGE = 30  # through one host bridge: PHB
 TOPOLOGY_NODE = 40  # host bridges within one NUMA node: NODE
 TOPOLOGY_SYSTEM = 50  # across NUMA nodes (SMP interconnect): SYS
+BRAND_NVIDIA = 14  # NVML_BRAND_NVIDIA
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,10 @@ class Nvml(Protocol):
 
     def pci_bus_id(self, handle: Handle) -> str:
         """Bus ID in sysfs form, e.g. ``0000:07:00.0``."""
+        ...
+
+    def brand(self, handle: Handle) -> int:
+        """The product brand, NVML's ``nvmlBrandType_t`` (``NVML_BRAND_*``: 14 is NVIDIA)."""
         ...
 
     # Telemetry, read at scrape time: NvmlNotSupportedError where the GPU has no such sensor.

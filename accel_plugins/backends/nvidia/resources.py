@@ -53,6 +53,7 @@ def gpu_device(gpu: Gpu, *, dev_root: Path, device_specs: bool) -> Device:
             numa_node=gpu.numa_node,
             links=gpu.links,
             link_peers=gpu.peers,
+            brand=gpu.brand,
         ),
     )
 
@@ -90,6 +91,7 @@ def mig_device(
             numa_node=gpu.numa_node,
             links=gpu.links,
             link_peers=gpu.peers,
+            brand=gpu.brand,
         ),
     )
 

@@ -52,6 +52,7 @@ from accel_plugins.plugin.device import Device, DeviceTree
 from accel_plugins.plugin.dra_attributes import DraAttributeValue, DraDeviceInfo, DraVersion
 from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
 from accel_plugins.plugin.dra_shares import DraSharedUnits
+from accel_plugins.util.quantity import binary_si
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,10 @@ def kube_device(
     return KubeDevice(
         name=name or dra_device_name(device.id),
         attributes={name: _attribute(value) for name, value in values.items()},
-        capacity={name: DeviceCapacity(value=str(q)) for name, q in info.capacity.items()} or None,
+        # In binary units, as NVIDIA's driver writes them (80Gi, not 85899345920): the API
+        # server keeps a quantity's form, and tools show what was written.
+        capacity={name: DeviceCapacity(value=binary_si(q)) for name, q in info.capacity.items()}
+        or None,
         taints=[taint(resource, device)] if taint is not None and not device.healthy else None,
         consumesCounters=[
             DeviceCounterConsumption(
@@ -257,7 +261,7 @@ def build_slices(
 
 
 def _quantities(values: Mapping[str, Any] | None) -> dict[str, Decimal | None]:
-    # The API server rewrites quantities canonically ("85899345920" -> "80Gi").
+    # Compared by value: the form written ("80Gi" or "85899345920") may differ.
     return {name: parse_quantity(entry.get("value")) for name, entry in (values or {}).items()}
 
 

@@ -240,3 +240,22 @@ def test_a_slice_with_a_tainted_device_holds_at_most_64(
         for i in range(count)
     ]
     assert [len(c) for c in chunks(devices)] == sizes
+
+
+@pytest.mark.parametrize(
+    ("nvml_brand", "published"),
+    [
+        pytest.param(14, "Nvidia", id="NVML_BRAND_NVIDIA"),
+        pytest.param(2, "Tesla", id="NVML_BRAND_TESLA"),
+        pytest.param(5, "GeForce", id="NVML_BRAND_GEFORCE"),
+        pytest.param(12, "QuadroRTX", id="NVML_BRAND_QUADRO_RTX"),
+        pytest.param(0, "Unknown", id="NVML_BRAND_UNKNOWN"),
+        pytest.param(19, "Unknown", id="a value go-nvlib does not name"),
+    ],
+)
+def test_the_brand_is_published_under_go_nvlibs_names(nvml_brand: int, published: str) -> None:
+    """NVIDIA's driver publishes go-nvlib's GetBrandAsString (dra-driver-nvidia-gpu
+    deviceinfo.go, GpuInfo.Attributes), so a selector on ``brand == "Nvidia"`` matches."""
+    from accel_plugins.backends.nvidia.dra_attributes import brand_name
+
+    assert brand_name(nvml_brand) == published

@@ -43,6 +43,7 @@ from accel_plugins.backends.nvidia.nvml import (
     Utilization,
     XidEvent,
 )
+from accel_plugins.backends.nvidia.nvml_protocol import BRAND_NVIDIA
 from accel_plugins.backends.nvidia.simulate.simulated_profile import (
     NodeProfile,
     SimEvent,
@@ -203,6 +204,10 @@ class SimulatedNvml:
     def pci_bus_id(self, handle: Handle) -> str:
         h = self._gpu("nvmlDeviceGetPciInfo", handle)
         return self.profile.gpus[h.gpu].pci_bus_id
+
+    def brand(self, handle: Handle) -> int:
+        self._gpu("nvmlDeviceGetBrand", handle)
+        return BRAND_NVIDIA  # what NVIDIA's data-centre GPUs report (its mock NVML's too)
 
     # -- telemetry -----------------------------------------------------------
 

@@ -119,14 +119,16 @@ def test_device_facts_carry_what_allocation_and_the_optimiser_read() -> None:
         numa_node=1,
         links=("NV4+SYS", "NV4+SYS", "NV4+NODE", "X"),
         link_peers=(0, 1, 2, 3),
+        brand=14,  # NVML_BRAND_NVIDIA, as the simulated GPUs report
     )
     mig = resources["nvidia.com/mig-3g.20gb"][0]
     assert mig.id.startswith("MIG-")
     assert gpu_facts(mig).parent_uuid != gpu.id
     assert {
         k: getattr(gpu_facts(mig), k)
-        for k in ("kind", "index", "mig_profile", "gpu_index", "minor")
+        for k in ("kind", "index", "mig_profile", "gpu_index", "minor", "brand")
     } == {
+        "brand": 14,  # the parent's
         "kind": "mig",
         "index": "0:0",
         "mig_profile": "3g.20gb",
