@@ -83,6 +83,8 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
         in_use=pod_resources.in_use,
         refresh_in_use=pod_resources.refresh,
         environ=MappingProxyType(dict(os.environ)),
+        kubelet_api=args.kubelet_api,
+        cdi_spec_dir=str(args.dra_cdi_spec_dir) if dra is not None else None,
     )
     try:
         factory = command.build(ctx)  # validates config before any socket work

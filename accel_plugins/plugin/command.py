@@ -96,6 +96,12 @@ class BackendContext:
     refresh_in_use: RefreshInUse | None = None
     # The environment the process was started with (vendor variables beyond the flags).
     environ: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The kubelet API served: "device-plugin" or "dra". A backend may answer each its own
+    # way (NVIDIA: self-contained CDI devices under DRA, as NVIDIA's DRA driver does).
+    kubelet_api: str = "device-plugin"
+    # Where the mode writes its CDI specs (DRA's claim specs; None in device-plugin
+    # mode): a backend that writes specs of its own puts them beside, by default.
+    cdi_spec_dir: str | None = None
 
 
 BackendFactory = Callable[[], "Backend"]

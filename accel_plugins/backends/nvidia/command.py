@@ -244,7 +244,8 @@ def build(ctx: BackendContext) -> BackendFactory:
     """Validate the config file (and --simulate) now; the factory re-reads the file (SIGHUP)."""
     from accel_plugins.backends.nvidia.factory import backend_factory
 
-    return backend_factory(ctx.options, ctx.environ)
+    dra = ctx.kubelet_api == "dra"
+    return backend_factory(ctx.options, ctx.environ, dra_cdi_dir=ctx.cdi_spec_dir if dra else None)
 
 
 COMMAND = BackendCommand(

@@ -59,11 +59,14 @@ def _overrides(options: Mapping[str, Any]) -> Overrides:
     )
 
 
-def load_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> NvidiaSettings:
+def load_settings(
+    options: Mapping[str, Any], environ: Mapping[str, str], *, dra: bool = False
+) -> NvidiaSettings:
     """Flags/env over the config file over defaults; ConfigError names file, field, reason.
 
     ``options`` are the command's option values by dest (None: not given);
-    ``environ`` supplies the variables that have no flag (DP_DISABLE_HEALTHCHECKS...).
+    ``environ`` supplies the variables that have no flag (DP_DISABLE_HEALTHCHECKS...);
+    ``dra`` picks the DRA mode's defaults (see :func:`resolve`).
     """
     config = options.get("config")
     strict = bool(options.get("strict_config"))
@@ -72,13 +75,15 @@ def load_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> Nvi
         from accel_plugins.backends.nvidia.config.config_file import load_config_file
 
         file = load_config_file(Path(config), strict=strict)
-    return resolve(_overrides(options), file, environ)
+    return resolve(_overrides(options), file, environ, dra=dra)
 
 
-def runnable_settings(options: Mapping[str, Any], environ: Mapping[str, str]) -> NvidiaSettings:
+def runnable_settings(
+    options: Mapping[str, Any], environ: Mapping[str, str], *, dra: bool = False
+) -> NvidiaSettings:
     """:func:`load_settings`, refusing what this plugin cannot serve yet, with the IMEX
     channels found on the node (a required one that is missing is a ConfigError)."""
-    settings = load_settings(options, environ)
+    settings = load_settings(options, environ, dra=dra)
     if settings.device_discovery_strategy == "tegra":
         raise ConfigError(
             "--device-discovery-strategy",
@@ -140,9 +145,16 @@ def simulated_backend(
     )
 
 
-def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> BackendFactory:
-    """Validate now; the returned factory re-reads the config file on later calls (SIGHUP)."""
-    first: list[NvidiaSettings] = [runnable_settings(options, environ)]
+def backend_factory(
+    options: Mapping[str, Any], environ: Mapping[str, str], *, dra_cdi_dir: str | None = None
+) -> BackendFactory:
+    """Validate now; the returned factory re-reads the config file on later calls (SIGHUP).
+
+    ``dra_cdi_dir`` (DRA mode: where its claim specs go) makes the DRA defaults apply: CDI
+    devices that carry everything a container needs, written there unless
+    ``--cdi-spec-dir`` says otherwise (see :func:`resolve`)."""
+    dra = dra_cdi_dir is not None
+    first: list[NvidiaSettings] = [runnable_settings(options, environ, dra=dra)]
     simulate = options.get("simulate")
     profile: NodeProfile | None = None
     if simulate:
@@ -150,11 +162,11 @@ def backend_factory(options: Mapping[str, Any], environ: Mapping[str, str]) -> B
 
         profile = load_profile(simulate)
     library = options.get("nvml_library")
-    spec_dir = options.get("cdi_spec_dir")
+    spec_dir = options.get("cdi_spec_dir") or dra_cdi_dir
 
     def factory() -> Backend:
         # The first build uses what was just validated (its warnings are logged once).
-        settings = first.pop() if first else runnable_settings(options, environ)
+        settings = first.pop() if first else runnable_settings(options, environ, dra=dra)
         if profile is not None:
             return simulated_backend(profile, settings, cdi_spec_dir=spec_dir)
         return create_backend(

@@ -38,6 +38,10 @@ from accel_plugins.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+# DRA mode leaves out the hooks the toolkit of NVIDIA's DRA driver (v1.19.1) does not know:
+# the node's hook program may be that one, and an unknown hook fails the container.
+DRA_DISABLED_HOOKS = ("update-application-profile",)
+
 
 def _choice(value: str, choices: Sequence[str]) -> str | None:
     """The reason ``value`` is refused, or None."""
@@ -48,8 +52,18 @@ def resolve(
     overrides: Overrides,
     file: FileConfig | None = None,
     environ: Mapping[str, str] | None = None,
+    *,
+    dra: bool = False,
 ) -> NvidiaSettings:
-    """Merge flag/env values over the file over the defaults, then check what NVIDIA checks."""
+    """Merge flag/env values over the file over the defaults, then check what NVIDIA checks.
+
+    ``dra``: the DRA mode's defaults, those of NVIDIA's DRA driver (issue 35). A claim's
+    devices are self-contained CDI devices (device nodes, driver libraries and binaries,
+    hooks, ``NVIDIA_VISIBLE_DEVICES=void``): device-list strategy ``cdi-cri``, not
+    ``envvar``, whose answer only a runtime hook turns into a GPU; and no
+    ``update-application-profile`` hook, which the toolkit NVIDIA's DRA driver ships
+    (v1.19) does not have. A strategy or hook list set by flag or file wins.
+    """
     f = file or FileConfig(source="")
     env = environ or {}
 
@@ -87,7 +101,7 @@ def resolve(
         "flags.deviceDiscoveryStrategy",
         DEVICE_DISCOVERY_STRATEGIES,
     )
-    strategies = _strategies(overrides, f)
+    strategies = _strategies(overrides, f, dra)
     policy = _replica_policy(overrides, f)
     driver_root = str(merged(overrides.nvidia_driver_root, f.nvidia_driver_root, "/")) or "/"
     # NVIDIA: a dev root that is not set (or empty) is the driver root (config.go).
@@ -130,7 +144,13 @@ def resolve(
             )
         ),
         cdi_feature_flags=overrides.cdi_feature_flags or (),
-        cdi_disable_hooks=overrides.cdi_disable_hooks or (),
+        cdi_disable_hooks=(
+            overrides.cdi_disable_hooks
+            if overrides.cdi_disable_hooks is not None
+            else DRA_DISABLED_HOOKS
+            if dra
+            else ()
+        ),
         imex=imex,
         imex_source=imex_source,
         disable_healthchecks=env.get("DP_DISABLE_HEALTHCHECKS", ""),
@@ -140,11 +160,11 @@ def resolve(
     )
 
 
-def _strategies(overrides: Overrides, f: FileConfig) -> tuple[str, ...]:
+def _strategies(overrides: Overrides, f: FileConfig, dra: bool) -> tuple[str, ...]:
     if overrides.device_list_strategy is not None:
         return overrides.device_list_strategy
     if f.device_list_strategy is None:
-        return ("envvar",)
+        return ("cdi-cri",) if dra else ("envvar",)
     where = "flags.plugin.deviceListStrategy"
     check_strategies(f.device_list_strategy, lambda reason: ConfigError(f.source, where, reason))
     strategies = tuple(dict.fromkeys(f.device_list_strategy))
