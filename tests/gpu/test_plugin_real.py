@@ -30,6 +30,9 @@ from tests.support.cli import free_port
 from tests.support.metrics import get, parse, series
 
 GPU = "nvidia.com/gpu"
+# Where the plugins started here find the driver: / on a GPU node; the mock driver root
+# that hack/mock-gpu-check lays out for NVIDIA's mock NVML (the flag's environment twin).
+DRIVER_ROOT = Path(os.environ.get("NVIDIA_DRIVER_ROOT", "/"))
 CDI_VENDOR = "k8s.device-plugin.nvidia.com"
 
 
@@ -82,7 +85,7 @@ async def test_every_gpu_registers_healthy_and_is_handed_out_by_uuid(
     assert uuid in uuids
     minor = next(g.minor for g in gpus.gpus if g.uuid == uuid)
     host_paths = {d.host_path for d in record.response.devices}
-    assert f"/dev/nvidia{minor}" in host_paths
+    assert str(DRIVER_ROOT / f"dev/nvidia{minor}") in host_paths
     assert all(Path(p).exists() for p in host_paths), host_paths
 
     status, text = await asyncio.to_thread(get, f"http://127.0.0.1:{port}/metrics")
@@ -133,7 +136,8 @@ async def test_cdi_specs_describe_the_real_driver(
     for gpu in gpus.gpus:
         assert f"/dev/nvidia{gpu.minor}" in nodes
     assert "/dev/nvidiactl" in nodes
-    assert all(Path(n).exists() for n in nodes), nodes
+    on_host = {n.get("hostPath", n["path"]) for e in edits for n in e.get("deviceNodes", [])}
+    assert all(Path(n).exists() for n in on_host), on_host
     mounted = {m["hostPath"] for e in edits for m in e.get("mounts", [])}
     assert all(Path(m).exists() for m in mounted), sorted(mounted)
     for soname in ("libcuda.so.1", "libnvidia-ml.so.1"):
