@@ -60,7 +60,6 @@ class BackendCase:
     attribute: str
     value: str | int
     edit: str
-    cdi_prefix: str = ""  # the CDI IDs' start, where they are not the claim spec's own
 
     def argv(self, tmp_path: Path) -> list[str]:
         if self.driver == DRIVER:
@@ -83,15 +82,7 @@ class BackendCase:
 GENERIC = BackendCase(
     DRIVER, "path", WANTED, f"device nodes:\n          {WANTED} -> {WANTED} (mrw)\n"
 )
-# Self-contained CDI devices, as NVIDIA's DRA driver answers (issue 35): the GPU's node,
-# the driver's files and NVIDIA_VISIBLE_DEVICES=void, from the backend's node-wide spec.
-NVIDIA = BackendCase(
-    "gpu.nvidia.com",
-    "index",
-    2,
-    "NVIDIA_VISIBLE_DEVICES=void",
-    cdi_prefix="k8s.device-plugin.nvidia.com/gpu=GPU-",
-)
+NVIDIA = BackendCase("gpu.nvidia.com", "index", 2, "NVIDIA_VISIBLE_DEVICES=GPU-")
 BACKENDS = [pytest.param(GENERIC, id="generic"), pytest.param(NVIDIA, id="nvidia-simulated")]
 pytestmark = pytest.mark.timeout(120)
 _names = (f"admit-{i}" for i in itertools.count())
@@ -385,12 +376,12 @@ def check_prepared(
     output: str, case: BackendCase, key: str, node: str, device: str, uid: str
 ) -> None:
     """The claims section of the emulator's output for the pod of :func:`pod_document`."""
-    cdi_id = case.cdi_prefix or f"k8s.{case.driver}/claim={uid}-accel\n"
+    cdi_id = f"k8s.{case.driver}/claim={uid}-accel"
     claims = output.partition(f"pod {key}: resource claims prepared\n")[2]
     assert claims, output
     assert f"{case.driver} {node}/{device} (accel)" in claims
-    assert f"container main:\n    claim accel: CDI devices {cdi_id}" in claims
-    assert f"container helper:\n    claim accel/accel: CDI devices {cdi_id}" in claims
+    assert f"container main:\n    claim accel: CDI devices {cdi_id}\n" in claims
+    assert f"container helper:\n    claim accel/accel: CDI devices {cdi_id}\n" in claims
     assert "container plain:" not in claims  # it names no claim
     assert case.edit in claims, output  # read from the claim's CDI spec
 
@@ -434,16 +425,11 @@ async def test_a_pod_with_a_claim_is_prepared_printed_and_unprepared(
             # Kept running: the spec is there (and valid CDI) until the emulator stops.
             running = await spawn(*emulator)
             try:
-                if case.cdi_prefix:  # no claim spec: the devices are the backend's spec's
-                    prepared = f"pod {key}: resource claims prepared"
-                    await asyncio.wait_for(read_until(running, prepared), TIMEOUT)
-                    assert not spec.exists()
-                else:
-                    shown = await asyncio.wait_for(read_until(running, f"from {spec}"), TIMEOUT)
-                    assert f"k8s.{case.driver}/claim={uid}-accel" in shown
-                    written = assert_valid_spec_file(spec)
-                    assert written["kind"] == f"k8s.{case.driver}/claim"
-                    assert [d["name"] for d in written["devices"]] == [f"{uid}-accel"]
+                shown = await asyncio.wait_for(read_until(running, f"from {spec}"), TIMEOUT)
+                assert f"k8s.{case.driver}/claim={uid}-accel" in shown
+                written = assert_valid_spec_file(spec)
+                assert written["kind"] == f"k8s.{case.driver}/claim"
+                assert [d["name"] for d in written["devices"]] == [f"{uid}-accel"]
                 running.send_signal(signal.SIGTERM)
                 rest = (await asyncio.wait_for(running.communicate(), TIMEOUT))[0].decode()
             finally:

@@ -32,7 +32,7 @@ from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.testing import short_tempdir
 from tests.support.cli import free_port
 from tests.support.envtest import ApiServer
-from tests.support.nvidia_mock import MockNvmlUnavailable, mock_nvml_env
+from tests.support.nvidia_mock import MockNvmlUnavailable, mock_driver_root, mock_nvml_env
 from tests.support.repo import ROOT
 
 BUDGET = Path(__file__).with_name("startup_budget.txt")
@@ -214,9 +214,9 @@ async def test_a_device_plugin_loads_only_its_budget_before_registering(
     assert over_budget(loaded, budget_for(*sections)) == []
 
 
-DRA_CASES = {
+DRA_CASES = {  # NVIDIA on its mock NVML: DRA's self-contained CDI needs a driver to describe
     "generic": ("generic", ("dra", "generic")),
-    "nvidia-simulated": ("nvidia", ("dra", "nvidia", "nvidia-simulated", "nvidia-dra")),
+    "nvidia-mock-nvml": ("nvidia", ("dra", "nvidia", "nvidia-nvml", "nvidia-dra")),
 }
 
 
@@ -231,15 +231,30 @@ async def test_a_dra_driver_loads_only_its_budget_before_registering(
     backend, sections = DRA_CASES[case]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(kube_apiserver.kubeconfig()))
+    env: dict[str, str] = {}
     with short_tempdir("budget-") as root:
-        argv = generic_argv(root) if backend == "generic" else nvidia_argv(root, simulate=True)
+        if backend == "generic":
+            argv = generic_argv(root)
+        else:
+            try:
+                env = mock_driver_root(root / "driver", "h100")
+            except MockNvmlUnavailable as exc:
+                pytest.skip(str(exc))
+            metrics = f"127.0.0.1:{free_port()}"
+            argv = [
+                "nvidia",
+                "--metrics-address",
+                metrics,
+                "--nvidia-driver-root",
+                str(root / "driver"),
+            ]
         argv += [
             "--kubelet-api", "dra", "--node-name", "node-0", "--kubeconfig", str(kubeconfig),
             "--kubelet-plugins-dir", str(root / "plugins"),
             "--plugins-registry-dir", str(registry_dir),
             "--dra-cdi-spec-dir", str(root / "cdi"), "--state-dir", str(root / "state"),
         ]  # fmt: skip
-        loaded = await start_path(argv, "dra", tmp_path)
+        loaded = await start_path(argv, "dra", tmp_path, env)
     assert over_budget(loaded, budget_for(*sections)) == []
 
 

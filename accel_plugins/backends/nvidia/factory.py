@@ -152,10 +152,11 @@ def backend_factory(
 
     ``dra_cdi_dir`` (DRA mode: where its claim specs go) makes the DRA defaults apply: CDI
     devices that carry everything a container needs, written there unless
-    ``--cdi-spec-dir`` says otherwise (see :func:`resolve`)."""
-    dra = dra_cdi_dir is not None
-    first: list[NvidiaSettings] = [runnable_settings(options, environ, dra=dra)]
+    ``--cdi-spec-dir`` says otherwise (see :func:`resolve`). Not for ``--simulate``: a
+    simulated GPU has no device node and no driver files for a CDI device to name."""
     simulate = options.get("simulate")
+    dra = dra_cdi_dir is not None and not simulate
+    first: list[NvidiaSettings] = [runnable_settings(options, environ, dra=dra)]
     profile: NodeProfile | None = None
     if simulate:
         from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile

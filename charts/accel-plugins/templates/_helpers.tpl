@@ -116,13 +116,17 @@ rendered config sets sharing.mps. Call with the root context.
 "true" when the NVIDIA plugin may run with a CDI device list strategy (cdi-annotations or
 cdi-cri), so it writes CDI specs: nvidia.deviceListStrategy when set, else the config's
 flags.plugin.deviceListStrategy (a string or a list); an existingConfigMap may hold any, so it
-counts. Call with (dict "root" $ "backend" "nvidia" "values" .Values.nvidia).
+counts, and so does DRA mode, whose default is cdi-cri (self-contained CDI devices, as NVIDIA's
+DRA driver answers; issue 35). Call with (dict "root" $ "backend" "nvidia" "values"
+.Values.nvidia), plus "mode" where the kubelet API switch runs both modes.
 */}}
 {{- define "accel-plugins.nvidiaCdi" -}}
 {{- $v := .values }}
+{{- /* DRA mode's default strategy is cdi-cri (self-contained CDI devices, as NVIDIA's DRA driver). */}}
+{{- $dra := or (eq (default "" .mode) "dra") (and (eq (default "" .mode) "") (eq .root.Values.kubeletApi "dra")) }}
 {{- if $v.deviceListStrategy }}
 {{- contains "cdi-" $v.deviceListStrategy }}
-{{- else if $v.existingConfigMap }}
+{{- else if or $v.existingConfigMap $dra }}
 {{- true }}
 {{- else }}
 {{- $config := include "accel-plugins.nvidiaConfig" . | fromYaml }}

@@ -167,6 +167,30 @@ def test_device_plugin_mode_renders_nothing_of_dra(name: str) -> None:
         assert PLUGINS not in mounts(ds)
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({"kubeletApi": "dra"}, id="dra"),
+        pytest.param(
+            {"kubeletApi": "device-plugin", "kubeletApiSwitch": {"enabled": True}}, id="switch"
+        ),
+    ],
+)
+def test_an_nvidia_dra_driver_reads_the_drivers_files_for_its_cdi_devices(values: Obj) -> None:
+    """DRA mode answers with self-contained CDI devices by default (issue 35), as NVIDIA's DRA
+    driver does: the driver's libraries and utilities are read at /driver-root (the host's
+    /, read-only) and named at their host paths; the device plugin's default stays envvar."""
+    sets = of_kind(render({**values, "nvidia": {"enabled": True}}), "DaemonSet")
+    switch = "kubeletApiSwitch" in values
+    ds = sets[f"{RELEASE}-accel-plugins-nvidia" + ("-dra" if switch else "")]
+    assert "--driver-root-ctr-path=/driver-root" in container(ds)["args"]
+    _, read_only, volume = mounts(ds)["/driver-root"]
+    assert read_only
+    assert volume["hostPath"]["path"] == "/"
+    if switch:  # the same node's device plugin keeps NVIDIA's default, envvar
+        assert "/driver-root" not in mounts(sets[f"{RELEASE}-accel-plugins-nvidia"])
+
+
 def test_one_cdi_mount_when_device_plugin_cdi_shares_the_directory() -> None:
     values = {"kubeletApi": "dra", "nvidia": {"deviceListStrategy": "cdi-cri"}}
     ds = daemonset(render(values), "nvidia")
