@@ -105,7 +105,8 @@ OPTIONS = (
     ),
     Option(
         "--device-list-strategy",
-        "envvar, volume-mounts, cdi-annotations, cdi-cri, comma-separated (default envvar)",
+        "envvar, volume-mounts, cdi-annotations, cdi-cri, comma-separated (default envvar; "
+        "cdi-cri with --kubelet-api dra, unless --simulate)",
         type=_device_list,
         env=("DEVICE_LIST_STRATEGY",),
         metavar="STRATEGY[,STRATEGY]",
