@@ -13,8 +13,13 @@ the kubelet emulator through plugin-watcher registration. Then, device by device
   (the spec's edits and the device's) are the same: device nodes, mounts, hooks with
   their arguments, environment. The IDs themselves differ on purpose (NVIDIA writes a
   spec per claim, we name the devices of our node-wide spec: where-we-differ.md);
-- claims with NVIDIA's sharing settings (time-slicing, MPS): refused by both, as
-  NVIDIA's driver ships with those feature gates off.
+- a claim of ``gpu-1`` time-sliced (``GpuConfig`` with interval ``Default``, NVIDIA's
+  ``TimeSlicingSettings`` gate on, as it must be for NVIDIA's driver to take one): the
+  same container edits again (time-slicing changes none; NVIDIA's sets the interval
+  with nvidia-smi, a stand-in here);
+- a claim with MPS: refused by both (NVIDIA's ``MPSSupport`` gate is off by default, and
+  its MPS needs a control-daemon Deployment this test does not run; ours serves MPS over
+  the MPS replicas of the node's config file, which this node has none of).
 
 No mock profile has MIG enabled, so MIG devices are compared by neither. Needs root
 (the device nodes are mknod'ed) and ``../shared/nvidia-mock``; skips saying which is
@@ -61,10 +66,11 @@ LAUNCH = "import sys; from accel_plugins.launch import main; sys.exit(main())"
 TIMEOUT = 60.0
 # Ours beyond NVIDIA's, each with its reason in docs/where-we-differ.md.
 OUR_EXTRA_ATTRIBUTES = {"index", "resource", "numa", "resource.kubernetes.io/numaNode"}
-SHARING = {
-    "time-slicing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
-    "mps": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}},
+PREPARED = {  # case -> NVIDIA's GpuConfig sharing (None: none); both must prepare these
+    "plain": None,
+    "time-slicing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Default"}},
 }
+REFUSED = {"mps": {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50}}}
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -73,8 +79,8 @@ class Run:
     """What one driver did on one profile."""
 
     devices: dict[str, dict[str, Any]]  # slice device name -> the device as the API has it
-    edits: dict[str, Any]  # the container edits of the claim for gpu-1, resolved
-    sharing: dict[str, str]  # NVIDIA sharing strategy -> the claim's error ("" if prepared)
+    edits: dict[str, dict[str, Any]]  # case -> the container edits of its claim for gpu-1
+    refused: dict[str, str]  # case -> the claim's error
 
 
 @dataclass
@@ -95,6 +101,7 @@ def nvidia_argv(s: Setup, node: str, dirs: Mapping[str, Path]) -> list[str]:
         "--host-root", "/", "--cdi-root", str(dirs["cdi"]),
         "--kubelet-registrar-directory-path", str(dirs["registry"]),
         "--kubelet-plugins-directory-path", str(dirs["plugins"]),
+        "--feature-gates", "TimeSlicingSettings=true",
     ]  # fmt: skip
 
 
@@ -234,24 +241,25 @@ async def _run_driver(
             devices = {d.name: d.to_dict() for d in found.spec.devices or []}
             assert len(devices) == gpus, log.read_text()[-3000:]
             client = kubelet.dra.client(DRIVER)
-            claim = await claim_for(kube, namespace, f"{which}-plain", node, None)
-            prepared = (await client.prepare([claim], timeout=30))[claim.uid]
-            assert prepared.error == "", log.read_text()[-3000:]
-            ((device, cdi_ids),) = [(d.device, d.cdi_ids) for d in prepared.devices]
-            assert device == "gpu-1"
-            edits = resolved_edits(dirs["cdi"], cdi_ids)
-            assert await client.unprepare([claim]) == {claim.uid: ""}
-            sharing = {}
-            for strategy, parameters in SHARING.items():
-                gpu_config = {
-                    "apiVersion": "resource.nvidia.com/v1beta1",
-                    "kind": "GpuConfig",
-                    "sharing": parameters,
-                }
-                shared = await claim_for(kube, namespace, f"{which}-{strategy}", node, gpu_config)
-                sharing[strategy] = (await client.prepare([shared], timeout=30))[shared.uid].error
-                await client.unprepare([shared])
-    return Run(devices, edits, sharing)
+            edits: dict[str, dict[str, Any]] = {}
+            refused: dict[str, str] = {}
+            for case, sharing in [*PREPARED.items(), *REFUSED.items()]:
+                parameters = None if sharing is None else gpu_config(sharing)
+                claim = await claim_for(kube, namespace, f"{which}-{case}", node, parameters)
+                prepared = (await client.prepare([claim], timeout=30))[claim.uid]
+                if case in REFUSED:
+                    refused[case] = prepared.error
+                else:
+                    assert prepared.error == "", (case, log.read_text()[-3000:])
+                    ((device, cdi_ids),) = [(d.device, d.cdi_ids) for d in prepared.devices]
+                    assert device == "gpu-1"
+                    edits[case] = resolved_edits(dirs["cdi"], cdi_ids)
+                assert await client.unprepare([claim]) == {claim.uid: ""}
+    return Run(devices, edits, refused)
+
+
+def gpu_config(sharing: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing}
 
 
 @pytest.fixture
@@ -287,8 +295,9 @@ async def test_our_nvidia_dra_driver_publishes_and_prepares_as_nvidias_does(
             assert our_attributes.get(attribute) == value, (device, attribute)
         assert set(our_attributes) - set(their_attributes) <= OUR_EXTRA_ATTRIBUTES, device
 
-    assert json.dumps(ours.edits, sort_keys=True, indent=1) == json.dumps(
-        theirs.edits, sort_keys=True, indent=1
-    )
-    assert all(theirs.sharing.values()), theirs.sharing  # NVIDIA's gates are off by default
-    assert all(ours.sharing.values()), ours.sharing
+    for case in PREPARED:
+        assert json.dumps(ours.edits[case], sort_keys=True, indent=1) == json.dumps(
+            theirs.edits[case], sort_keys=True, indent=1
+        ), case
+    assert all(theirs.refused.values()), theirs.refused
+    assert all(ours.refused.values()), ours.refused

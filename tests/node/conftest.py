@@ -150,26 +150,49 @@ def device_plugins(kube: Client, node: Node, project_images: list[str]) -> Itera
 
 
 @pytest.fixture(scope="session")
-def dra_drivers(kube: Client, node: Node, project_images: list[str]) -> Iterator[Release]:
-    """The chart in DRA mode: its drivers running, their ResourceSlices published."""
+def nvidia_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A mock driver root for NVIDIA's mock NVML, on the host (the node's hostPath)."""
+    from tests.support.nvidia_mock import MockNvmlUnavailable, mock_driver_root
+
+    root = tmp_path_factory.mktemp("nvidia-driver-root")
+    try:
+        mock_driver_root(root, plugins.MOCK_PROFILE)
+    except MockNvmlUnavailable as exc:
+        unavailable(f"NVIDIA's mock NVML: {exc}")
+    root.chmod(0o755)  # hostPath: the plugin pod's user reads it
+    return root
+
+
+@pytest.fixture(scope="session")
+def dra_drivers(
+    kube: Client, node: Node, project_images: list[str], nvidia_root: Path
+) -> Iterator[Release]:
+    """The chart in DRA mode: its drivers running (NVIDIA's on its mock NVML), their
+    ResourceSlices published."""
 
     def ready() -> None:
-        devices = {dra.GENERIC_DRIVER: 3, dra.GPU_DRIVER: plugins.SIMULATED_GPUS}
+        devices = {dra.GENERIC_DRIVER: 3, dra.GPU_DRIVER: plugins.MOCK_GPUS}
         dra.await_slices(kube, node, devices)
 
-    with running_release(kube, node, "dra", "dra", ready) as release:
+    with running_release(kube, node, "dra", "dra", ready, nvidia_root) as release:
         yield release
 
 
 @contextlib.contextmanager
 def running_release(
-    kube: Client, node: Node, name: str, kubelet_api: str, ready: Callable[[], None]
+    kube: Client,
+    node: Node,
+    name: str,
+    kubelet_api: str,
+    ready: Callable[[], None],
+    nvidia_root: Path | None = None,
 ) -> Iterator[Release]:
     """A release of the chart for this node, rolled out and ``ready``; its time recorded."""
     started = time.monotonic()
+    values = plugins.values(node, kubelet_api, nvidia_root)
     with (
         label_for_nvidia(kube, node),
-        installed(kube, name, plugins.NAMESPACE, plugins.values(node, kubelet_api)) as release,
+        installed(kube, name, plugins.NAMESPACE, values) as release,
     ):
         plugins.await_release(kube, release)
         ready()

@@ -9,6 +9,7 @@ extended resources and ResourceClaims are separate.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.node.chart import Release
@@ -24,14 +25,31 @@ GENERIC_RESOURCE = f"{DOMAIN}/{DEVICE_PREFIX}"
 GPU_RESOURCE = "nvidia.com/gpu"
 SIMULATED_PROFILE = "pcie-4gpu"  # four GPUs (accel_plugins/backends/nvidia/command.py)
 SIMULATED_GPUS = 4
+# DRA mode's NVIDIA driver runs on NVIDIA's mock NVML (../shared/nvidia-mock) instead, in a mock
+# driver root on the host with real device nodes: its self-contained CDI devices (issue 35) then
+# give a container of plain containerd its GPU's device node, as on a GPU node.
+MOCK_PROFILE = "h100"
+MOCK_GPUS = 8
 # NFD's label for an NVIDIA PCI device, which the chart's nvidia nodeSelector asks for.
 NVIDIA_NODE_LABEL = ("feature.node.kubernetes.io/pci-10de.present", "true")
 
 Obj = dict[str, Any]
 
 
-def values(node: Node, kubelet_api: str, **generic: Any) -> Obj:
-    """Values for this node: the images imported here (never pulled), its devices."""
+def values(node: Node, kubelet_api: str, nvidia_root: Path | None = None, **generic: Any) -> Obj:
+    """Values for this node: the images imported here (never pulled), its devices. With
+    ``nvidia_root`` (a mock driver root), NVIDIA's plugin serves its mock GPUs, not
+    simulated ones: driverRoot is that root, mounted at its host path, where the plugin
+    finds the mock library itself; MOCK_NVML_CONFIG names the profile, and no hook program
+    is named in the CDI specs (this node has none to run)."""
+    nvidia: Obj = {"extraArgs": [f"--simulate={SIMULATED_PROFILE}"]}
+    if nvidia_root is not None:
+        profile = {"name": "MOCK_NVML_CONFIG", "value": str(nvidia_root / "config/config.yaml")}
+        nvidia = {
+            "driverRoot": str(nvidia_root),
+            "extraArgs": ["--nvidia-cdi-hook-path="],
+            "extraEnv": [profile],
+        }
     # No kube-proxy runs here, so the Service address the kubelet hands pods
     # (KUBERNETES_SERVICE_HOST) leads nowhere: the plugins reach the API server directly
     # (DRA drivers for their slices and claims; both modes for the node's health Events
@@ -46,9 +64,10 @@ def values(node: Node, kubelet_api: str, **generic: Any) -> Obj:
         "nvidia": {
             "enabled": True,
             "image": {"pullPolicy": "Never"},
-            "extraArgs": [f"--simulate={SIMULATED_PROFILE}"],
-            "extraEnv": extra_env,
-        },
+            "extraArgs": nvidia["extraArgs"],
+            "extraEnv": extra_env + nvidia.get("extraEnv", []),
+        }
+        | {k: v for k, v in nvidia.items() if k not in ("extraArgs", "extraEnv")},
         "generic": {
             "enabled": True,
             "image": {"pullPolicy": "Never"},

@@ -18,7 +18,7 @@ from tests.node import dra, plugins
 from tests.node.chart import Release
 from tests.node.kubelet_state import allocations
 from tests.node.metrics import await_holder, plugin_pod_ip, scrape
-from tests.node.pods import NAMESPACE, pod, pod_log, seen_env, show_devices
+from tests.node.pods import NAMESPACE, pod, pod_log, seen_devices, seen_env, show_devices
 from tests.support.metrics import Samples, series
 
 if TYPE_CHECKING:
@@ -68,9 +68,9 @@ def test_a_dra_drivers_metrics_name_the_pod_holding_its_device(
         samples = scrape(ip)
     assert labels["resource"] == resource
     assert (labels["namespace"], labels["container"]) == (NAMESPACE, "")
-    if backend == "nvidia":
+    if backend == "nvidia":  # the mock GPU whose device node the container got
         gpu = _one_gpu_series(samples, name)
-        assert gpu["uuid"] == seen_env(log)["NVIDIA_VISIBLE_DEVICES"]
+        assert f"/dev/nvidia{gpu['index']}" in seen_devices(log)
 
 
 def _one_gpu_series(samples: Samples, holder: str) -> dict[str, Any]:
