@@ -86,6 +86,22 @@ async def test_every_cdi_name_the_kubelet_gets_is_in_a_spec_on_disk(
     assert list(spec_dir.iterdir()) == []  # no stale spec once nobody serves the devices
 
 
+async def test_in_dra_mode_the_spec_outlives_the_plugin(
+    tmp_path: Path, kubelet: Kubelet, start_manager: StartManager
+) -> None:
+    """A prepared claim names the devices of this spec: a container of it restarting
+    while the plugin is away (an upgrade, a crash) must still find them, as it finds a
+    claim's own spec (docs/dra.md, "Prepared claims outlive the process")."""
+    opts = options(tmp_path)
+    spec_dir = Path(opts["cdi_spec_dir"])
+    running = await start_manager(backend_factory(opts, {}, dra_cdi_dir=str(spec_dir)))
+    await kubelet.wait_for_resource("nvidia.com/gpu")
+    written = devices_on_disk(spec_dir)
+    assert written
+    await running.manager.stop()
+    assert devices_on_disk(spec_dir) == written
+
+
 async def test_imex_channels_get_their_own_spec(
     tmp_path: Path, kubelet: Kubelet, start_manager: StartManager
 ) -> None:

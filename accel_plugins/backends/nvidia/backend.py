@@ -219,7 +219,7 @@ class NvidiaBackend:
             else:
                 await _both(self._monitor.run(), self._mps.run())
         finally:
-            if self.cdi is not None:
+            if self.cdi is not None and not self.cdi.kept_after_exit:
                 self.cdi.remove()
             try:
                 if initialised:

@@ -102,8 +102,11 @@ def runnable_settings(
     return dataclasses.replace(settings, allocate=allocate)
 
 
-def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | None:
-    """The CDI spec writer when a CDI device-list strategy is selected (else None)."""
+def cdi_writer(
+    settings: NvidiaSettings, spec_dir: str | None, *, kept_after_exit: bool = False
+) -> NvidiaCdi | None:
+    """The CDI spec writer when a CDI device-list strategy is selected (else None);
+    ``kept_after_exit`` in DRA mode (see NvidiaCdi)."""
     if not any(s in CDI_STRATEGIES for s in settings.allocate.device_list_strategies):
         return None
     from accel_plugins.backends.nvidia.cdi.cdi_spec import CdiOptions, NvidiaCdi
@@ -122,6 +125,7 @@ def cdi_writer(settings: NvidiaSettings, spec_dir: str | None) -> NvidiaCdi | No
         dev_root=settings.dev_root,
         imex_channels=settings.allocate.imex_channels,
         container_driver_root=Path(settings.container_driver_root),
+        kept_after_exit=kept_after_exit,
     )
 
 
@@ -130,6 +134,7 @@ def simulated_backend(
     settings: NvidiaSettings | None = None,
     *,
     cdi_spec_dir: str | None = None,
+    cdi_kept_after_exit: bool = False,
 ) -> Backend:
     """A backend over a simulated node (``demo``, previews); ``profile`` is a name or file."""
     from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
@@ -141,7 +146,7 @@ def simulated_backend(
         SimulatedNvml(node),
         settings,
         mig_minors=generated_mig_minors(len(node.gpus)),
-        cdi=cdi_writer(settings, cdi_spec_dir),
+        cdi=cdi_writer(settings, cdi_spec_dir, kept_after_exit=cdi_kept_after_exit),
     )
 
 
@@ -169,11 +174,16 @@ def backend_factory(
         # The first build uses what was just validated (its warnings are logged once).
         settings = first.pop() if first else runnable_settings(options, environ, dra=dra)
         if profile is not None:
-            return simulated_backend(profile, settings, cdi_spec_dir=spec_dir)
+            return simulated_backend(
+                profile,
+                settings,
+                cdi_spec_dir=spec_dir,
+                cdi_kept_after_exit=dra_cdi_dir is not None,
+            )
         return create_backend(
             Pynvml(settings.driver_root, library=library),
             settings,
-            cdi=cdi_writer(settings, spec_dir),
+            cdi=cdi_writer(settings, spec_dir, kept_after_exit=dra_cdi_dir is not None),
         )
 
     features = options.get("nfd_features_file")

@@ -351,7 +351,10 @@ def imex_spec(
 
 
 class NvidiaCdi:
-    """Writes the NVIDIA backend's specs when it starts serving; removes them when it stops."""
+    """Writes the NVIDIA backend's specs when it starts serving; removes them when it stops,
+    unless ``kept_after_exit`` (DRA mode: a prepared claim names this spec's devices, and a
+    container of it restarting while the plugin is away must still find them, as it finds
+    a claim's own spec)."""
 
     def __init__(
         self,
@@ -362,7 +365,9 @@ class NvidiaCdi:
         imex_channels: Sequence[ImexChannel] = (),
         container_driver_root: Path | None = None,
         sys_root: Path = SYS_ROOT,
+        kept_after_exit: bool = False,
     ) -> None:
+        self.kept_after_exit = kept_after_exit
         self.options = options
         self.sys_root = sys_root
         self.driver_root = driver_root
