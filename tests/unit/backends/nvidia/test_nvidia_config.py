@@ -881,3 +881,40 @@ def test_a_shared_resource_the_node_lacks_is_a_warning(
         f"{path}: sharing.timeSlicing.resources[0].name: nvidia.com/mig-1g.5gb matches no device"
         in caplog.text
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "file", "strategies", "disabled_hooks"),
+    [
+        pytest.param([], None, ("cdi-cri",), ("update-application-profile",), id="defaults"),
+        pytest.param(
+            ["--device-list-strategy", "envvar"], None, ("envvar",),
+            ("update-application-profile",), id="the flag asks for the env-only answer",
+        ),
+        pytest.param(
+            [], "version: v1\nflags:\n  plugin:\n    deviceListStrategy: envvar\n", ("envvar",),
+            ("update-application-profile",), id="the file asks for it",
+        ),
+        pytest.param(
+            ["--cdi-disable-hooks", "update-ldcache"], None, ("cdi-cri",), ("update-ldcache",),
+            id="a hook list given replaces the default",
+        ),
+    ],
+)  # fmt: skip
+def test_dra_mode_defaults_to_self_contained_cdi_devices(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    file: str | None,
+    strategies: tuple[str, ...],
+    disabled_hooks: tuple[str, ...],
+) -> None:
+    """As NVIDIA's DRA driver answers a claim (issue 35): cdi-cri, without the hook its
+    toolkit (v1.19.1) lacks; whatever the operator sets, by flag or file, wins."""
+    if file is not None:
+        monkeypatch.setenv("CONFIG_FILE", str(write(tmp_path, file)))
+    settings = load_settings(parse(argv), environ={}, dra=True)
+    assert settings.allocate.device_list_strategies == strategies
+    assert settings.cdi_disable_hooks == disabled_hooks
+    plain = load_settings(parse(argv), environ={})
+    assert plain.cdi_disable_hooks == (disabled_hooks if "--cdi-disable-hooks" in argv else ())
