@@ -160,8 +160,9 @@ def backend_factory(
     ``--cdi-spec-dir`` says otherwise (see :func:`resolve`). Not for ``--simulate``: a
     simulated GPU has no device node and no driver files for a CDI device to name."""
     simulate = options.get("simulate")
-    dra = dra_cdi_dir is not None and not simulate
-    first: list[NvidiaSettings] = [runnable_settings(options, environ, dra=dra)]
+    kept = dra_cdi_dir is not None  # DRA: specs outlive the plugin, as claim specs do
+    dra_defaults = kept and not simulate
+    first: list[NvidiaSettings] = [runnable_settings(options, environ, dra=dra_defaults)]
     profile: NodeProfile | None = None
     if simulate:
         from accel_plugins.backends.nvidia.simulate.builtin_profiles import load_profile
@@ -172,18 +173,15 @@ def backend_factory(
 
     def factory() -> Backend:
         # The first build uses what was just validated (its warnings are logged once).
-        settings = first.pop() if first else runnable_settings(options, environ, dra=dra)
+        settings = first.pop() if first else runnable_settings(options, environ, dra=dra_defaults)
         if profile is not None:
             return simulated_backend(
-                profile,
-                settings,
-                cdi_spec_dir=spec_dir,
-                cdi_kept_after_exit=dra_cdi_dir is not None,
+                profile, settings, cdi_spec_dir=spec_dir, cdi_kept_after_exit=kept
             )
         return create_backend(
             Pynvml(settings.driver_root, library=library),
             settings,
-            cdi=cdi_writer(settings, spec_dir, kept_after_exit=dra_cdi_dir is not None),
+            cdi=cdi_writer(settings, spec_dir, kept_after_exit=kept),
         )
 
     features = options.get("nfd_features_file")
