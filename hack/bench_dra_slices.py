@@ -29,7 +29,7 @@ def _units(count: int) -> DeviceTree:
 
 
 async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
-    from tests.support.envtest import EnvtestUnavailable, api_server, assets
+    from accel_plugins.conformance.envtest import EnvtestUnavailable, api_server, assets
 
     try:
         assets()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from accel_plugins.plugin.command import ENTRY_POINT_GROUP, BackendCommand
 from accel_plugins.util.entrypoints import EntryPointRef, entry_points
 
-BUILTINS = ("demo", "inspect", "kubelet", "mps-control-daemon")
+BUILTINS = ("demo", "inspect", "kubelet", "mps-control-daemon", "dra-conformance")
 
 # Where the common flags land in the parsed arguments: a backend option may not take these.
 COMMON_DESTS = frozenset(

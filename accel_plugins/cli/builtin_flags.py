@@ -1,4 +1,5 @@
-"""The built-in commands' parsers: ``demo``, ``inspect``, ``kubelet`` and ``mps-control-daemon``.
+"""The built-in commands' parsers: ``demo``, ``inspect``, ``kubelet``, ``mps-control-daemon``
+and ``dra-conformance``.
 
 These are the commands in :data:`accel_plugins.cli.backends.BUILTINS`. They reuse
 some of the plugins' flag groups (:mod:`accel_plugins.cli.flags`) but are built
@@ -9,6 +10,8 @@ so a plugin starting never imports this module.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +153,132 @@ def add_mps_control_daemon(sub: Any) -> None:
     p = sub.add_parser("mps-control-daemon", help=SUMMARY, description=SUMMARY)
     add_logging_flags(p)
     add_options(p, OPTIONS)
+
+
+def add_conformance_command(sub: Any) -> None:
+    from accel_plugins.conformance.command import check_list
+
+    summary = "hold any vendor's DRA driver to the kubelet's contract (a conformance kit)"
+    p = sub.add_parser(
+        "dra-conformance",
+        help=summary,
+        description=f"{summary}. Exit 0 only when every required check passes.",
+        epilog=check_list(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_flag(p, "--driver", default="", metavar="NAME", help="the DRA driver's name")
+    add_flag(
+        p,
+        "--node",
+        default=os.environ.get("NODE_NAME", "") or socket.gethostname(),
+        metavar="NAME",
+        help="the node the driver serves (default: $NODE_NAME, else the host name)",
+    )
+    add_flag(
+        p,
+        "--plugins-registry-dir",
+        type=absolute_path,
+        default="/var/lib/kubelet/plugins_registry",
+        metavar="DIR",
+        help="where the driver's registration socket appears (the kubelet's plugins registry)",
+    )
+    add_flag(
+        p,
+        "--cdi-dir",
+        type=absolute_path,
+        default=("/etc/cdi", "/var/run/cdi"),
+        repeat=True,
+        metavar="DIR",
+        help="where the driver writes CDI specs and a runtime reads them (repeatable)",
+    )
+    add_flag(
+        p,
+        "--driver-command",
+        default="",
+        metavar="CMD",
+        help="start the driver with this command (split like a shell line, never run by one) "
+        "so the kit can restart it and simulate a reboot; {kubeconfig}, {node}, {driver}, "
+        "{registry}, {cdi_dir}, {boot_id_file} and {workdir} are filled in. Empty: the "
+        "driver is already running",
+    )
+    add_flag(
+        p,
+        "--kubeconfig",
+        default="",
+        env=("KUBECONFIG",),
+        metavar="FILE",
+        help="the cluster's API server; empty: start etcd and kube-apiserver from "
+        "$KUBEBUILDER_ASSETS for the run",
+    )
+    add_flag(
+        p,
+        "--kube-apiserver",
+        default="kube-apiserver",
+        metavar="NAME",
+        help="without --kubeconfig: the API server binary in $KUBEBUILDER_ASSETS",
+    )
+    add_flag(
+        p,
+        "--apiserver-feature-gates",
+        default="",
+        metavar="G=true,...",
+        help="without --kubeconfig: the API server's --feature-gates",
+    )
+    add_flag(
+        p,
+        "--apiserver-runtime-config",
+        default="",
+        metavar="G/V=true,...",
+        help="without --kubeconfig: the API server's --runtime-config",
+    )
+    p.add_argument(
+        "--sole-node",
+        action="store_true",
+        help="no other node runs this driver in the cluster: any slice of it for another node "
+        "is a fault (implied when the kit starts the API server)",
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="ID,...",
+        help="run these checks (and those they need)",
+    )
+    p.add_argument(
+        "--skip", action="append", default=[], metavar="ID,...", help="leave these checks out"
+    )
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    add_flag(p, "--junit", default="", metavar="FILE", help="also write the results as JUnit XML")
+    add_flag(
+        p,
+        "--workdir",
+        default="",
+        metavar="DIR",
+        help="for the driver's log, boot ID file and kubeconfig (default: a new temp dir)",
+    )
+    add_flag(
+        p,
+        "--register-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds for the driver to register after a start",
+    )
+    add_flag(
+        p,
+        "--call-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds for one NodePrepareResources or NodeUnprepareResources",
+    )
+    add_flag(
+        p,
+        "--repair-timeout",
+        type=float,
+        default=40.0,
+        metavar="S",
+        help="seconds for slices to come back after the kubelet's wipe (kubeletplugin's "
+        "drivers wait 30)",
+    )
+    add_logging_flags(p)

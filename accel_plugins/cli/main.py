@@ -167,6 +167,7 @@ def build_parser(
 
     # Imported here, not at the top: a plugin starting returned above without them.
     from accel_plugins.cli.builtin_flags import (
+        add_conformance_command,
         add_demo_command,
         add_inspect_command,
         add_kubelet_command,
@@ -182,6 +183,7 @@ def build_parser(
     add_inspect_command(sub)
     add_operator_commands(sub)
     add_kubelet_command(sub)
+    add_conformance_command(sub)
     return parser
 
 
@@ -312,6 +314,15 @@ def _run_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(once=args.once, out=sys.stdout, color=color))
 
 
+def _run_conformance(args: argparse.Namespace) -> int:
+    if missing_modules(["lightkube"]):
+        fatal("accel-plugins dra-conformance needs lightkube: pip install 'accel-plugins[dra]'")
+        return EXIT_CONFIG
+    from accel_plugins.conformance.command import run_command
+
+    return run_command(args)
+
+
 def _run_migrate(args: argparse.Namespace) -> int:
     if missing_modules(["lightkube"]):
         fatal("accel-plugins migrate needs lightkube: pip install 'accel-plugins[dra]'")
@@ -341,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cordon": _run_cordon,
         "uncordon": _run_uncordon,
         "migrate": _run_migrate,
+        "dra-conformance": _run_conformance,
     }
     prefix = f"accel-plugins {args.command}"
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -54,6 +55,12 @@ class HealthFeed:
         self._states: dict[str, DeviceHealthState] = {}
         self._changed = asyncio.Event()
         self._closed = False
+
+    @property
+    def timeout_seconds(self) -> int:
+        """What the stream tells the kubelet to wait for the next list: three refreshes,
+        so one late list does not turn a device Unknown."""
+        return max(1, math.ceil(3 * self.refresh))
 
     @property
     def states(self) -> tuple[DeviceHealthState, ...]:

@@ -351,9 +351,13 @@ class Preparer:
         for result in resolved.devices:
             first = result.request not in given
             given.add(result.request)
+            # A container names the main request of "gpu/large", and the kubelet matches
+            # request names exactly (claiminfo.go cdiDevicesAsList; kubeletplugin sends the
+            # main name only): both names, so a container naming either gets the device.
+            main = result.request.partition("/")[0]
             devices.append(
                 PreparedDevice(
-                    requests=(result.request,),
+                    requests=tuple(dict.fromkeys((main, result.request))),
                     pool=result.pool,
                     device=result.device,
                     cdi_ids=extra_ids[result.request] if first else (),

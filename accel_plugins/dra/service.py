@@ -168,9 +168,12 @@ class DraPluginV1Beta1Servicer(v1beta1_grpc.DRAPluginServicer):
 
 
 def health_response(
-    stamp: int, states: Sequence[DeviceHealthState]
+    stamp: int, states: Sequence[DeviceHealthState], timeout: int = 0
 ) -> health_v1.NodeWatchResourcesResponse:
-    """One full list as v1 writes it (v1alpha1's messages are the same, field for field)."""
+    """One full list as v1 writes it (v1alpha1's messages are the same, field for field).
+
+    ``timeout`` is health_check_timeout_seconds: how long the kubelet (1.35+) may go
+    without a list before it counts a device as Unknown."""
     return health_v1.NodeWatchResourcesResponse(
         devices=[
             health_v1.DeviceHealth(
@@ -178,6 +181,7 @@ def health_response(
                 health=health_v1.HEALTHY if s.healthy else health_v1.UNHEALTHY,
                 last_updated_time=stamp,
                 message=s.message,
+                health_check_timeout_seconds=timeout,
             )
             for s in states
         ]
@@ -198,7 +202,7 @@ class DraHealthServicer(health_v1_grpc.DRAResourceHealthServicer):
         ],
     ) -> AsyncIterator[health_v1.NodeWatchResourcesResponse]:
         async for stamp, states in self.feed.watch():
-            yield health_response(stamp, states)
+            yield health_response(stamp, states, self.feed.timeout_seconds)
 
 
 class DraHealthV1Alpha1Servicer(health_grpc.DRAResourceHealthServicer):
@@ -215,7 +219,8 @@ class DraHealthV1Alpha1Servicer(health_grpc.DRAResourceHealthServicer):
         ],
     ) -> AsyncIterator[health_pb.NodeWatchResourcesResponse]:
         async for stamp, states in self.feed.watch():
-            yield _as(health_pb.NodeWatchResourcesResponse, health_response(stamp, states))
+            answer = health_response(stamp, states, self.feed.timeout_seconds)
+            yield _as(health_pb.NodeWatchResourcesResponse, answer)
 
 
 class DraServer(SocketServer):

@@ -63,6 +63,7 @@ class DraDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str = ""  # v1's optional share_id: which share of a shared device
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class DraDeviceHealth:
     device: str
     health: str  # "Healthy", "Unhealthy" or "Unknown"
     updated: int  # Unix seconds, as the driver stamped it
+    timeout_seconds: int = 0  # health_check_timeout_seconds; 0: the kubelet's default
 
 
 def choose_service(versions: Iterable[str]) -> str:
@@ -138,6 +140,7 @@ class DraClient:
                         pool=d.pool_name,
                         device=d.device_name,
                         cdi_ids=tuple(d.cdi_device_ids),
+                        share_id=getattr(d, "share_id", ""),  # v1beta1 has none
                     )
                     for d in answer.devices
                 ),
@@ -166,6 +169,7 @@ class DraClient:
                         device=d.device.device_name,
                         health=HEALTH_NAMES.get(d.health, "Unknown"),
                         updated=d.last_updated_time,
+                        timeout_seconds=d.health_check_timeout_seconds,
                     )
                     for d in response.devices
                 ]

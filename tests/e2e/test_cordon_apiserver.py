@@ -30,6 +30,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.kubelet_emulator import Kubelet, PluginCallError
 from accel_plugins.kubelet_emulator.dra import DraClaim
 from accel_plugins.testing import short_tempdir
@@ -45,7 +46,6 @@ from tests.fixtures.dra_kube import V1_34_TAINTS, ServerOf
 from tests.reliability.plugin_process import Node as PluginNode
 from tests.reliability.plugin_process import PluginProcesses, ready
 from tests.support.cli import run_cli_async
-from tests.support.envtest import ApiServer
 
 DRIVER = "gpu.nvidia.com"
 TIMEOUT = 30.0

@@ -51,7 +51,7 @@ from tests.support.chart import of_kind, render
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.support.envtest import ApiServer
+    from accel_plugins.conformance.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(180)
 ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

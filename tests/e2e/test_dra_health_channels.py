@@ -25,11 +25,11 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event
 from lightkube.resources.resource_v1 import ResourceSlice
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_cli import fake_node
 from tests.fixtures.dra_kube import V1_34_TAINTS, ServerOf
 from tests.support.cli import free_port, http_get
-from tests.support.envtest import ApiServer
 from tests.support.metrics import parse, series
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry
 from accel_plugins.backends.generic.backend import GenericBackend
 from accel_plugins.backends.generic.config import parse_config
 from accel_plugins.backends.nvidia.backend import NvidiaBackend
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.kube import KubeClaimSource, KubeSlicePublisher
@@ -41,7 +42,6 @@ from tests.e2e.test_dra_kube_slices import slices
 from tests.fixtures.dra_kube import V1_34, NodeClient, ServerKind, ServerOf, resource_types, served
 from tests.fixtures.generic import FakeHost
 from tests.support.cdi import assert_valid_spec_file
-from tests.support.envtest import ApiServer
 
 DRIVER = "gpu.nvidia.com"
 V1_34_SHARES = ServerKind(

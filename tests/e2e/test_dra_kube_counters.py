@@ -21,12 +21,12 @@ pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not inst
 from lightkube import AsyncClient
 from prometheus_client import CollectorRegistry
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.dra.kube import KubeSlicePublisher
 from accel_plugins.plugin.device import Device, DeviceTree, tree
 from accel_plugins.plugin.dra_attributes import DraDeviceInfo
 from tests.e2e.test_dra_kube_slices import slices
 from tests.fixtures.dra_kube import V1_34, V1_36, NodeClient, ServerOf
-from tests.support.envtest import ApiServer
 
 DRIVER = "cards.example.com"
 pytestmark = pytest.mark.timeout(120)

@@ -19,12 +19,12 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceSlice
 from prometheus_client import CollectorRegistry
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.dra.kube import KubeSlicePublisher
 from accel_plugins.plugin.device import Device, DeviceTree, Health, tree
 from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from tests.e2e.test_dra_kube_slices import slices
 from tests.fixtures.dra_kube import V1_34, V1_34_TAINTS, NodeClient, ServerOf
-from tests.support.envtest import ApiServer
 
 DRIVER = "taints.example.com"
 TAINT_BOUND = 2.0  # the bound for a taint to show in the slice (and clear)

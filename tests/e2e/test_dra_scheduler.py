@@ -4,7 +4,7 @@ Issue 19's "done when": a DeviceClass with a CEL selector on our attributes,
 a ResourceClaim and a pod, allocated by the real scheduler from the slices our
 plugin process publishes, then prepared by that plugin when the kubelet
 emulator admits the pod, for both backends. Needs ``kube-scheduler`` beside
-the API server in ``$KUBEBUILDER_ASSETS`` (tests/support/envtest.py starts it there);
+the API server in ``$KUBEBUILDER_ASSETS`` (accel_plugins/conformance/envtest.py starts it there);
 skips, saying so, without it (../shared/k8s ships none today; hack/build-kube-scheduler
 builds one from the same v1.34.9 tree as its kube-apiserver, and both cases pass with it).
 """
@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Node, NodeStatus, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 from lightkube.types import PatchType
 
+from accel_plugins.conformance.envtest import ApiServer, scheduler_missing
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_claims import (
     BACKENDS,
@@ -43,7 +44,6 @@ from tests.e2e.test_kubelet_admit_claims import (
     selected_device,
 )
 from tests.fixtures.dra_kube import NodeClient
-from tests.support.envtest import ApiServer, scheduler_missing
 
 pytestmark = pytest.mark.timeout(120)
 

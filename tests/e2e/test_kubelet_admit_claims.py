@@ -1,6 +1,6 @@
 """`accel-plugins kubelet --admit` of a pod with resource claims, against a real API server.
 
-Everything is real: kube-apiserver and etcd (tests/support/envtest.py), an
+Everything is real: kube-apiserver and etcd (accel_plugins/conformance/envtest.py), an
 ``accel-plugins generic --kubelet-api dra`` (or ``nvidia --simulate``) process publishing its
 ResourceSlices as its node's kubelet identity and registering through the
 emulator's plugin watcher, and the emulator as its own process. No scheduler
@@ -38,12 +38,12 @@ from lightkube.resources.resource_v1 import (
 )
 from lightkube.types import PatchType
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_dra_kube_slices import attrs
 from tests.e2e.test_kubelet_admit_cli import fake_node
 from tests.fixtures.dra_kube import NodeClient
 from tests.support.cdi import assert_valid_spec_file
-from tests.support.envtest import ApiServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "generic.accel-plugins.io"

@@ -26,6 +26,7 @@ from lightkube.resources.core_v1 import Pod, PodStatus, ServiceAccount
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_claims import (
     GENERIC,
@@ -41,7 +42,6 @@ from tests.e2e.test_kubelet_admit_claims import (
     selected_device,
 )
 from tests.fixtures.dra_kube import NodeClient
-from tests.support.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -45,7 +45,7 @@ from tests.e2e.test_migrate import gpu_slice
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.support.envtest import ApiServer
+    from accel_plugins.conformance.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(180)
 LABEL = "accel-plugins.io/kubelet-api"

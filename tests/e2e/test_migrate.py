@@ -33,7 +33,7 @@ from tests.e2e.test_kubelet_admit_claims import (
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.support.envtest import ApiServer
+    from accel_plugins.conformance.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(120)
 LABEL = "accel-plugins.io/kubelet-api"

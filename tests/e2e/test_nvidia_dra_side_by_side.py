@@ -47,12 +47,12 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus
 from lightkube.types import PatchType
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.kubelet_emulator.dra import DraClaim
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_kubelet_admit_claims import published
 from tests.fixtures.dra_kube import delete_slices
-from tests.support.envtest import ApiServer
 from tests.support.nvidia_mock import (
     PROFILES,
     MockNvmlUnavailable,

@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.kubelet_emulator import Kubelet
 from accel_plugins.testing import short_tempdir
 from tests.support.cli import free_port
-from tests.support.envtest import ApiServer
 from tests.support.nvidia_mock import MockNvmlUnavailable, mock_driver_root, mock_nvml_env
 from tests.support.repo import ROOT
 

@@ -21,6 +21,7 @@ from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import DeviceClass
 
 from accel_plugins.backends.nvidia.discovery import Node as GpuNode
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.testing import short_tempdir
 from tests.e2e.test_dra_kube_slices import attrs
 from tests.e2e.test_kubelet_admit_claims import (
@@ -37,7 +38,6 @@ from tests.e2e.test_kubelet_admit_claims import (
     readable_by_node,
 )
 from tests.fixtures.dra_kube import NodeClient
-from tests.support.envtest import ApiServer
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -28,7 +28,7 @@ from tests.support.chart import (
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.support.envtest import ApiServer
+    from accel_plugins.conformance.envtest import ApiServer
 
 PLUGINS = "/var/lib/kubelet/plugins"
 REGISTRY = "/var/lib/kubelet/plugins_registry"

@@ -22,7 +22,7 @@ from tests.support.chart import render as render_chart
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from tests.support.envtest import ApiServer
+    from accel_plugins.conformance.envtest import ApiServer
 
 NAME = f"{RELEASE}-accel-plugins-health-events"
 PLUGIN_ACCOUNT = f"{RELEASE}-accel-plugins-plugin"

@@ -49,6 +49,9 @@ async def test_a_claim_over_two_resources_and_a_subrequest(tmp_path: Path) -> No
     result = (await preparer(tmp_path, claims).prepare([ref]))["uid-1"]
     assert isinstance(result, PreparedClaim)
     assert result.devices[0].cdi_ids == (f"k8s.{DRIVER}/claim=uid-1-accel_large",)
+    # A container names the main request; the kubelet matches names exactly (claiminfo.go
+    # cdiDevicesAsList), so the main name goes first and the subrequest's stays.
+    assert [d.requests for d in result.devices] == [("accel", "accel/large")] * 2
     spec = assert_valid_spec_file(tmp_path / "cdi" / claim_cdi.spec_file_name(DRIVER, "uid-1"))
     assert spec["devices"] == [
         {

@@ -10,9 +10,10 @@ identity (``system:node:<name>`` in ``system:nodes``), so the Node authorizer
 and NodeRestriction treat it as that node. TLS is the server's self-signed
 certificate; clients skip verification (loopback only).
 
-Standard library only (the SA signing key comes from ``openssl``). It lives
-with the tests, not in the package: the package spawns no process
-(tests/security/test_no_shell.py).
+Standard library only (the SA signing key comes from ``openssl``). The
+conformance kit starts it when it is given no kubeconfig, and the tests start it
+for the API side; with ``driver_process`` it is one of the two modules of the
+package that start processes (tests/security/test_no_shell.py names them).
 """
 
 from __future__ import annotations
