@@ -10,8 +10,6 @@ so a plugin starting never imports this module.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -170,9 +168,10 @@ def add_conformance_command(sub: Any) -> None:
     add_flag(
         p,
         "--node",
-        default=os.environ.get("NODE_NAME", "") or socket.gethostname(),
+        default="",
+        env=("NODE_NAME",),
         metavar="NAME",
-        help="the node the driver serves (default: $NODE_NAME, else the host name)",
+        help="the node the driver serves (empty: the host name)",
     )
     add_flag(
         p,
@@ -189,7 +188,7 @@ def add_conformance_command(sub: Any) -> None:
         default=("/etc/cdi", "/var/run/cdi"),
         repeat=True,
         metavar="DIR",
-        help="where the driver writes CDI specs and a runtime reads them (repeatable)",
+        help="where the driver writes CDI specs and a runtime reads them",
     )
     add_flag(
         p,

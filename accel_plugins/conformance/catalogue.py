@@ -47,15 +47,16 @@ CHECKS: tuple[Check, ...] = (
         "Registers through the plugin watcher: GetInfo says type DRAPlugin, the driver's name "
         "(a DNS subdomain) and an endpoint that is a unix socket; NotifyRegistrationStatus "
         "is accepted.",
-        f"{REG_PROTO}; {KUBELET_DRA}/plugin/registration.go (ValidatePlugin)",
+        f"{REG_PROTO}; {K8S} pkg/kubelet/pluginmanager/operationexecutor/"
+        "operation_generator.go (GetInfo, the handler by type, NotifyRegistrationStatus)",
     ),
     Check(
         "versions",
         R,
         "supported_versions names v1.DRAPlugin or v1beta1.DRAPlugin, and every DRA service it "
         "names answers NodePrepareResources.",
-        f"{KUBELET_DRA}/plugin/registration.go (supported services, v1 preferred); "
-        f"{LIBRARY}/draplugin.go (serves both)",
+        f"{KUBELET_DRA}/plugin/dra_plugin_manager.go (validateSupportedServices: the first "
+        f"the kubelet speaks, in the plugin's order); {LIBRARY}/draplugin.go (serves both)",
         needs=("registration",),
     ),
     Check(

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import shlex
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -119,7 +120,7 @@ def run_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     with _api_server(args, workdir) as (kubeconfig, owned):
         target = Target(
             driver=args.driver,
-            node=args.node,
+            node=args.node or socket.gethostname(),
             registry=Path(args.plugins_registry_dir),
             cdi_dirs=tuple(Path(d) for d in args.cdi_dir),
             command=command,

@@ -44,6 +44,8 @@ AREAS = {
     "migrate": "switch/migrate.py",
     "switch_slices": "switch/slices.py",
     "claim_api": "kubelet_emulator/claim_api.py",
+    # accel-plugins dra-conformance: claims and slices through the API server.
+    "conformance": "conformance",
     "testing": "testing",
 }
 # Areas that install with another's extra.
@@ -52,6 +54,7 @@ EXTRA_OF = {
     "claim_api": "dra",
     "migrate": "dra",
     "switch_slices": "dra",
+    "conformance": "dra",
 }
 
 # Top-level module -> the distribution that provides it.

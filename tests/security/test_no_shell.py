@@ -88,11 +88,14 @@ def problems(source: str) -> Iterator[str]:
 # bytecode cache of the methods @dataclass generates. What it compiles is the text the
 # dataclasses module wrote for our own classes (never input), and what it unmarshals is
 # read from the package's own __pycache__, the trust .pyc files already have.
-# The conformance kit (a test tool, never part of a node's plugin) starts the driver under
-# test from the operator's argv and, without a kubeconfig, an etcd and kube-apiserver:
-# argv lists, never a shell, and nothing read from a config file.
+# Three modules start programs, always from an argv list, never through a shell: the MPS
+# control daemon's side runs NVIDIA's nvidia-cuda-mps-control (--mps-control-path), as
+# NVIDIA's plugin does; the conformance kit (a test tool, never part of a node's plugin)
+# starts the driver under test from the operator's argv and, without a kubeconfig, etcd
+# and kube-apiserver from $KUBEBUILDER_ASSETS.
 ALLOWED = {
     "accel_plugins/util/codecache.py": {"import marshal", "compile()", "builtins.exec()"},
+    "accel_plugins/backends/nvidia/mps/mps_control.py": {"asyncio.create_subprocess_exec()"},
     "accel_plugins/conformance/driver_process.py": {"asyncio.create_subprocess_exec()"},
     "accel_plugins/conformance/envtest.py": {"import subprocess"},
 }
