@@ -11,13 +11,17 @@ removes the spec.
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from accel_plugins.conformance.report import render_table
 from tests.node import dra
 from tests.node.chart import Release
-from tests.node.cluster import DEVICES
+from tests.node.cluster import CDI_RUN_DIR, DEVICES, KUBELET_ROOT, Node
 from tests.node.pods import (
     delete_pod,
     pod_log,
@@ -66,3 +70,31 @@ def test_a_claim_from_the_charts_device_class_reaches_the_container_through_cdi(
             assert seen_env(log)["NVIDIA_VISIBLE_DEVICES"] == "void"
         # Released: the claim deleted with its pod, its spec (if any) removed by our driver.
         dra.await_released(kube, claim, driver)
+
+
+@pytest.mark.parametrize("driver", [dra.GENERIC_DRIVER, dra.GPU_DRIVER], ids=["generic", "nvidia"])
+def test_the_charts_drivers_pass_the_conformance_kit_on_the_node(
+    node: Node, dra_drivers: Release, driver: str, tmp_path: Path
+) -> None:
+    """The kit (docs/conformance.md) against the chart's running drivers, beside the real
+    kubelet: its plugin watcher on the kubelet's registry, the CDI specs in /var/run/cdi.
+    A running driver cannot be restarted by the kit: restart and reboot are skipped (the
+    node's own reboot test covers ours), and so is what the chart does not turn on."""
+    from accel_plugins.conformance.command import conform
+    from accel_plugins.conformance.report import Status
+    from accel_plugins.conformance.runner import Target
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps(node.kubeconfig()))
+    target = Target(
+        driver=driver,
+        node=node.name,
+        registry=KUBELET_ROOT / "plugins_registry",
+        cdi_dirs=(Path("/etc/cdi"), CDI_RUN_DIR),
+        workdir=tmp_path,
+    )
+    outcomes = asyncio.run(conform(target, str(kubeconfig), only=(), skip=(), owned=False))
+    report = render_table(driver, outcomes)
+    assert [o.check.id for o in outcomes if o.status is Status.FAILED] == [], report
+    skipped = {o.check.id for o in outcomes if o.status is Status.SKIPPED}
+    assert skipped <= {"restart", "reboot", "taints", "shares"}, report
