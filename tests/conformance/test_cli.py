@@ -11,7 +11,6 @@ import asyncio
 import os
 import shlex
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
