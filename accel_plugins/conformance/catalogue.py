@@ -241,3 +241,15 @@ BY_ID = {check.id: check for check in CHECKS}
 def unknown(ids: list[str]) -> list[str]:
     """The IDs that name no check."""
     return [i for i in ids if i not in BY_ID]
+
+
+def check_list() -> str:
+    """Every check, its profile, rule and source: ``--help``'s epilog and ``--list``."""
+    lines = []
+    for profile in Profile:
+        lines.append(f"{profile.value} checks:")
+        for c in (c for c in CHECKS if c.profile is profile):
+            extra = " [needs --driver-command]" if c.needs_command else ""
+            lines.append(f"  {c.id}{extra}: {c.rule}")
+            lines.append(f"      source: {c.source}")
+    return "\n".join(lines)

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from accel_plugins.conformance.catalogue import CHECKS, Profile, unknown
+from accel_plugins.conformance.catalogue import check_list, unknown
 from accel_plugins.conformance.cluster import Cluster
 from accel_plugins.conformance.report import Outcome, exit_code, junit_xml, render_table
 from accel_plugins.conformance.runner import Target, run_checks, selected, session_for
@@ -29,18 +29,6 @@ from accel_plugins.conformance.session import Timeouts
 from accel_plugins.errors import ConfigError
 
 EXIT_CONFIG = 2
-
-
-def check_list() -> str:
-    """Every check, its profile, rule and source: ``--help``'s epilog and ``--list``."""
-    lines = []
-    for profile in Profile:
-        lines.append(f"{profile.value} checks:")
-        for c in (c for c in CHECKS if c.profile is profile):
-            extra = " [needs --driver-command]" if c.needs_command else ""
-            lines.append(f"  {c.id}{extra}: {c.rule}")
-            lines.append(f"      source: {c.source}")
-    return "\n".join(lines)
 
 
 def _ids(values: Sequence[str], flag: str) -> list[str]:

@@ -2,10 +2,11 @@
 
 The driver is tests/conformance/toy_driver.py, a small DRA driver that shares no
 code with our DRA framework. Without a fault it passes every check that applies
-to it; each ``--fault`` breaks one rule, and the kit must fail that rule's check
-and no other (checks that need the failed one are skipped, which is not a
-failure). Each case uses a driver name of its own, so ``--sole-node`` holds on
-the shared API server: any slice of that driver for another node is its fault.
+to it (all but taints and shares, which it offers only with ``--shared``); each
+``--fault`` breaks one rule, and the kit must fail that rule's check and no other
+(checks that need the failed one are skipped, which is not a failure). Each case
+uses a driver name of its own, so ``--sole-node`` holds on the shared API server:
+any slice of that driver for another node is its fault.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.conformance.report import Status
 from accel_plugins.testing import short_tempdir
 from tests.conformance.kit import PYTHON, by_status, run_kit
+from tests.fixtures.dra_kube import V1_34, V1_36, ServerOf
 
 _names: Iterator[int] = itertools.count()
-NOT_OFFERED = {"taints", "shares"}  # the toy publishes no taints and no shared device
 
 
 def toy(fault: str) -> list[str]:
@@ -50,28 +51,62 @@ def toy(fault: str) -> list[str]:
     ]
 
 
+CASES = [
+    # The six faults the issue names, then one for every other check a real API server
+    # lets a driver break (slices-valid and taints cannot be: the API server refuses such
+    # slices, so their rules are proven on broken inputs in tests/unit/conformance).
+    ("none", None),
+    ("forget-cdi-after-reboot", "reboot"),
+    ("prepare-not-idempotent", "prepare-idempotent"),
+    ("no-republish", "kubelet-restart"),
+    ("whole-call-fails", "one-bad-claim"),
+    ("undefined-cdi-ids", "prepare"),
+    ("foreign-slices", "slices-node"),
+    ("relative-endpoint", "registration"),
+    ("unserved-version", "versions"),
+    ("incomplete-pool", "slices-pools"),
+    ("answers-other-drivers", "other-drivers"),
+    ("ghost-claims-prepared", "prepare-error"),
+    ("unknown-unprepare-fails", "unprepare-unknown"),
+    ("unprepare-not-idempotent", "unprepare-idempotent"),
+    ("racy-answers", "concurrent"),
+    ("forget-claims-on-restart", "restart"),
+    ("exclusive-devices", "admin-access"),
+    ("subrequest-full-name", "subrequests"),
+    ("no-health-timeout", "health"),
+]
+
+
+@pytest.mark.parametrize(("fault", "check"), [pytest.param(f, c, id=f) for f, c in CASES])
+async def test_a_broken_driver_fails_exactly_its_check(
+    fault: str, check: str | None, apiservers: ServerOf
+) -> None:
+    await fails_exactly(apiservers(V1_34), fault, check, not_offered={"taints", "shares"})
+
+
 @pytest.mark.parametrize(
     ("fault", "check"),
-    [
-        pytest.param("none", None, id="correct"),
-        pytest.param("forget-cdi-after-reboot", "reboot", id="forgets-cdi-specs-after-reboot"),
-        pytest.param("prepare-not-idempotent", "prepare-idempotent", id="prepare-not-idempotent"),
-        pytest.param("no-republish", "kubelet-restart", id="never-republishes-after-the-wipe"),
-        pytest.param("whole-call-fails", "one-bad-claim", id="fails-the-call-for-one-bad-claim"),
-        pytest.param("undefined-cdi-ids", "prepare", id="cdi-ids-no-spec-defines"),
-        pytest.param("foreign-slices", "slices-node", id="publishes-another-nodes-slices"),
-    ],
+    [pytest.param("none", None, id="shares-answered"), pytest.param("no-share-id", "shares")],
 )
-async def test_a_broken_driver_fails_exactly_its_check(
-    fault: str, check: str | None, kube_apiserver: ApiServer, kube_node: str
+async def test_shares_are_checked_where_the_api_server_keeps_them(
+    fault: str, check: str | None, apiservers: ServerOf
 ) -> None:
+    """1.36 keeps allowMultipleAllocations (DRAConsumableCapacity, beta): the toy's shared
+    devices are allocated twice, each with a shareID, and each answer needs its share_id."""
+    await fails_exactly(apiservers(V1_36), fault, check, not_offered={"taints"}, shared=True)
+
+
+async def fails_exactly(
+    server: ApiServer, fault: str, check: str | None, *, not_offered: set[str], shared: bool = False
+) -> None:
+    n = next(_names)
     with short_tempdir("kit-") as root:
         outcomes = await run_kit(
-            kube_apiserver,
+            server,
             root,
-            driver=f"toy-{next(_names)}.conformance.example",
-            node=kube_node,
-            command=toy(fault),
+            driver=f"toy-{n}.conformance.example",
+            node=f"toy-node-{n}",
+            command=[*toy(fault), *(["--shared"] if shared else [])],
             sole_node=True,
             repair=5.0,  # the toy repairs within a second; a broken one is not waited for long
         )
@@ -81,6 +116,6 @@ async def test_a_broken_driver_fails_exactly_its_check(
     unexplained = {
         i: why
         for i, why in skipped.items()
-        if i not in NOT_OFFERED and not why.startswith("needs ")
+        if i not in not_offered and not why.startswith("needs ")
     }
     assert unexplained == {}

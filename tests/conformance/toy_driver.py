@@ -13,6 +13,22 @@ with. ``--fault`` breaks exactly one rule, to prove the kit notices:
 - ``whole-call-fails``: one bad claim fails the whole NodePrepareResources call.
 - ``undefined-cdi-ids``: the CDI ids returned name devices no spec defines.
 - ``foreign-slices``: a slice is also published for another node.
+- ``unserved-version``: v1beta1 is advertised but not served.
+- ``relative-endpoint``: GetInfo names its endpoint by a relative path.
+- ``incomplete-pool``: the pool's resourceSliceCount counts a slice never published.
+- ``answers-other-drivers``: devices of other drivers in the allocation are answered too.
+- ``ghost-claims-prepared``: a claim the API server does not have is "prepared", empty.
+- ``unknown-unprepare-fails``: unpreparing a claim never prepared is an error.
+- ``unprepare-not-idempotent``: unpreparing a claim a second time is an error.
+- ``racy-answers``: concurrent calls may get each other's answer (no lock).
+- ``forget-claims-on-restart``: a restart loses the checkpoint, and CDI names change.
+- ``exclusive-devices``: a device another claim holds is refused, admin access or not.
+- ``subrequest-full-name``: a subrequest's device is answered as ``r/s`` only.
+- ``no-health-timeout``: the health stream leaves health_check_timeout_seconds unset.
+- ``no-share-id``: with ``--shared``, share_id is never answered.
+
+``--shared`` publishes every device with ``allowMultipleAllocations`` (an API server
+with DRAConsumableCapacity on keeps it).
 
 Run from the repository root::
 
@@ -63,6 +79,19 @@ FAULTS = (
     "whole-call-fails",
     "undefined-cdi-ids",
     "foreign-slices",
+    "unserved-version",
+    "relative-endpoint",
+    "incomplete-pool",
+    "answers-other-drivers",
+    "ghost-claims-prepared",
+    "unknown-unprepare-fails",
+    "unprepare-not-idempotent",
+    "racy-answers",
+    "forget-claims-on-restart",
+    "exclusive-devices",
+    "subrequest-full-name",
+    "no-health-timeout",
+    "no-share-id",
 )
 CDI_KIND = "conformance.example/toy"
 CDI_VERSION = "0.6.0"
@@ -96,11 +125,15 @@ class Toy:
         self.cdi_dir = Path(args.cdi_dir)
         self.checkpoint = Path(args.plugin_dir) / "checkpoint.json"
         self.devices = [f"dev-{i}" for i in range(args.devices)]
+        self.shared: bool = args.shared
+        self.salt = os.urandom(3).hex() if self.fault == "forget-claims-on-restart" else ""
+        self.ever_prepared: set[str] = set()  # claim UIDs prepared in this process
         self.client = client
         self.apis = ApiVersions(client, node=self.node)  # a node identity may list only its own
         self.boot_id = boot_id
         self.claims: dict[str, dict[str, Any]] = {}  # uid -> {namespace, name, devices, spec}
         self.prepared_here: dict[str, int] = {}  # prepares per claim in this process
+        self.last_answer: Answer = []  # the racy-answers fault's shared state
         self.lock = asyncio.Lock()  # one call at a time: checkpoint and specs stay in step
         self.stopping = asyncio.Event()
 
@@ -109,9 +142,12 @@ class Toy:
     def restore(self) -> None:
         """Load the checkpoint; after a reboot the CDI dir may be empty, so write specs again."""
         data: dict[str, Any] = {}
-        if self.checkpoint.exists():
+        if self.fault == "forget-claims-on-restart":
+            log.warning("fault: the checkpoint is not read")
+        elif self.checkpoint.exists():
             data = json.loads(self.checkpoint.read_text())  # a corrupt one must stop us
         self.claims = dict(data.get("claims") or {})
+        self.ever_prepared = set(self.claims)
         old = data.get("bootID")
         if old is not None and old != self.boot_id:
             if self.fault == "forget-cdi-after-reboot":
@@ -151,7 +187,8 @@ class Toy:
     async def prepare(self, claims: list[ClaimRef]) -> dict[str, Answer | str]:
         """Claim UID -> its devices, or why it failed; each claim on its own."""
         out: dict[str, Answer | str] = {}
-        async with self.lock:
+        lock = contextlib.nullcontext() if self.fault == "racy-answers" else self.lock
+        async with lock:
             for namespace, name, uid in claims:
                 try:
                     answer = out[uid] = await self._prepare_one(namespace, name, uid)
@@ -167,6 +204,7 @@ class Toy:
 
     async def _prepare_one(self, namespace: str, name: str, uid: str) -> Answer:
         entry = self.claims.get(uid)
+        self.ever_prepared.add(uid)
         seen = self.prepared_here.get(uid, 0)
         self.prepared_here[uid] = seen + 1
         if entry is not None:
@@ -175,8 +213,19 @@ class Toy:
             return list(entry["devices"])  # idempotent: the kubelet may ask again
         answer: Answer = []
         spec: list[list[str]] = []
-        for result in await self._allocated(namespace, name, uid):
-            cdi_name = _NOT_CDI.sub("_", f"{uid}-{result.device}")
+        try:
+            results = await self._allocated(namespace, name, uid)
+        except ClaimError:
+            if self.fault == "ghost-claims-prepared":
+                return []  # the fault: "prepared", with nothing
+            raise
+        if self.fault == "exclusive-devices":
+            held = {d["device"] for u, c in self.claims.items() if u != uid for d in c["devices"]}
+            taken = [r.device for r in results if r.device in held]
+            if taken:
+                raise ClaimError(f"devices {taken} are held by another claim")
+        for result in results:
+            cdi_name = _NOT_CDI.sub("_", f"{uid}-{result.device}{self.salt}")
             spec.append([cdi_name, result.device])
             suffix = "-missing" if self.fault == "undefined-cdi-ids" else ""
             answer.append(
@@ -191,6 +240,11 @@ class Toy:
         self.write_spec(uid, spec)  # defined on disk before anyone is told its name
         self.claims[uid] = {"namespace": namespace, "name": name, "devices": answer, "spec": spec}
         self.save()  # checkpointed before the answer leaves
+        if self.fault == "racy-answers":
+            # The fault: the answer goes through shared state across an await.
+            self.last_answer = answer
+            await asyncio.sleep(0.05)
+            return self.last_answer
         return answer
 
     def _answer_again(self, uid: str, entry: dict[str, Any], seen: int) -> Answer:
@@ -216,6 +270,8 @@ class Toy:
         allocation = found.status.allocation if found.status else None
         if allocation is None or allocation.devices is None:
             raise ClaimError(f"{where} is not allocated")
+        if self.fault == "answers-other-drivers":
+            return list(allocation.devices.results or [])  # the fault: no filter by driver
         ours = [r for r in allocation.devices.results or [] if r.driver == self.driver]
         for r in ours:  # never hand out a device this driver did not publish
             if r.pool != self.node or r.device not in self.devices:
@@ -227,11 +283,21 @@ class Toy:
         out: dict[str, str] = {}
         async with self.lock:
             for uid in uids:
+                if self.fault == "unknown-unprepare-fails" and uid not in self.ever_prepared:
+                    out[uid] = "fault: no such claim"
+                    continue
+                if (
+                    self.fault == "unprepare-not-idempotent"
+                    and uid in self.ever_prepared
+                    and uid not in self.claims
+                ):
+                    out[uid] = "fault: claim already unprepared"
+                    continue
                 try:
                     self.spec_path(uid).unlink(missing_ok=True)
                     if self.claims.pop(uid, None) is not None:
                         self.save()
-                    self.prepared_here.pop(uid, None)
+                    self.prepared_here.pop(uid, None)  # ever_prepared stays
                     out[uid] = ""
                     log.info("unprepared claim %s", uid)
                 except OSError as exc:
@@ -244,18 +310,20 @@ class Toy:
     def desired_slices(self) -> dict[str, resource_v1.ResourceSlice]:
         """Slice name -> slice: ours, and with the fault one for a node that is not ours."""
         nodes = [self.node, f"{self.node}-other"] if self.fault == "foreign-slices" else [self.node]
+        count = 2 if self.fault == "incomplete-pool" else 1  # the fault: one never comes
         names = {f"{node}-{self.driver.replace('.', '-')}": node for node in nodes}
-        return {name: self._slice(name, node) for name, node in names.items()}
+        return {name: self._slice(name, node, count) for name, node in names.items()}
 
-    def _slice(self, name: str, node: str) -> resource_v1.ResourceSlice:
+    def _slice(self, name: str, node: str, count: int) -> resource_v1.ResourceSlice:
+        extra = {"allowMultipleAllocations": True} if self.shared else {}
         doc = {
             "metadata": {"name": name},
             "spec": {
                 "driver": self.driver,
                 "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
                 "devices": [
-                    {"name": name, "attributes": {"index": {"int": i}}}
+                    {"name": name, "attributes": {"index": {"int": i}}, **extra}
                     for i, name in enumerate(self.devices)
                 ],
             },
@@ -310,7 +378,9 @@ class Toy:
                     device=pb.DeviceIdentifier(pool_name=self.node, device_name=name),
                     health=pb.HEALTHY,
                     last_updated_time=now,
-                    health_check_timeout_seconds=HEALTH_TIMEOUT_S,
+                    health_check_timeout_seconds=(
+                        0 if self.fault == "no-health-timeout" else HEALTH_TIMEOUT_S
+                    ),
                 )
                 for name in self.devices
             ]
@@ -321,24 +391,30 @@ class Toy:
 # --- gRPC services -----------------------------------------------------------------------
 
 
-def prepare_response(pb: Any, results: dict[str, Answer | str], share_ids: bool) -> Any:
+def prepare_response(
+    pb: Any, results: dict[str, Answer | str], share_ids: bool, fault: str = "none"
+) -> Any:
     response = pb.NodePrepareResourcesResponse()
     for uid, result in results.items():
+        entry = response.claims[uid]  # present even with no devices: "prepared, nothing"
         if isinstance(result, str):
-            response.claims[uid].error = result
+            entry.error = result
             continue
         for d in result:
             # A subrequest "r/s" is answered as "r", the name a container uses (as
             # kubeletplugin does): the kubelet matches request names exactly.
+            request = (
+                d["request"] if fault == "subrequest-full-name" else d["request"].partition("/")[0]
+            )
             device = pb.Device(
-                request_names=[d["request"].partition("/")[0]],
+                request_names=[request],
                 pool_name=d["pool"],
                 device_name=d["device"],
                 cdi_device_ids=d["cdiIDs"],
             )
-            if share_ids and d["shareID"]:  # v1beta1's Device has no share_id
+            if share_ids and d["shareID"] and fault != "no-share-id":  # none in v1beta1
                 device.share_id = d["shareID"]
-            response.claims[uid].devices.append(device)
+            entry.devices.append(device)
     return response
 
 
@@ -360,7 +436,7 @@ class Plugin(v1_grpc.DRAPluginServicer, v1beta1_grpc.DRAPluginServicer):
 
     async def NodePrepareResources(self, request: Any, context: Ctx) -> Any:
         results = await prepare_call(self.toy, request.claims, context)
-        return prepare_response(self.pb, results, share_ids=self.pb is v1)
+        return prepare_response(self.pb, results, share_ids=self.pb is v1, fault=self.toy.fault)
 
     async def NodeUnprepareResources(self, request: Any, context: Ctx) -> Any:
         errors = await self.toy.unprepare([c.uid for c in request.claims])
@@ -385,16 +461,17 @@ class Health(
 
 
 class Registration(reg_grpc.RegistrationServicer):
-    def __init__(self, driver: str, endpoint: Path) -> None:
+    def __init__(self, driver: str, endpoint: Path, relative: bool = False) -> None:
         self.driver = driver
         self.endpoint = endpoint
+        self.relative = relative
 
     async def GetInfo(self, request: reg.InfoRequest, context: Ctx) -> reg.PluginInfo:
         log.info("kubelet asked GetInfo")
         return reg.PluginInfo(
             type="DRAPlugin",
             name=self.driver,
-            endpoint=str(self.endpoint),
+            endpoint=self.endpoint.name if self.relative else str(self.endpoint),
             supported_versions=["v1.DRAPlugin", "v1beta1.DRAPlugin"],
         )
 
@@ -438,7 +515,8 @@ async def run(args: argparse.Namespace) -> int:
 
     def add_dra(server: grpc.aio.Server) -> None:
         v1_grpc.add_DRAPluginServicer_to_server(Plugin(toy, v1), server)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(Plugin(toy, v1beta1), server)
+        if toy.fault != "unserved-version":
+            v1beta1_grpc.add_DRAPluginServicer_to_server(Plugin(toy, v1beta1), server)
         health_v1_grpc.add_DRAResourceHealthServicer_to_server(Health(toy, health_v1), server)
         health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(
             Health(toy, health_v1alpha1), server
@@ -449,7 +527,7 @@ async def run(args: argparse.Namespace) -> int:
     registration = await serve(
         reg_sock,
         lambda s: reg_grpc.add_RegistrationServicer_to_server(
-            Registration(args.driver, dra_sock), s
+            Registration(args.driver, dra_sock, relative=toy.fault == "relative-endpoint"), s
         ),
     )
     publisher = asyncio.create_task(toy.publish())
@@ -480,6 +558,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--boot-id-file", default="/proc/sys/kernel/random/boot_id")
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--shared", action="store_true", help="devices allow multiple allocations")
     return p.parse_args(argv)
 
 

@@ -6,8 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from accel_plugins.conformance.catalogue import BY_ID, CHECKS, Profile
-from accel_plugins.conformance.command import check_list
+from accel_plugins.conformance.catalogue import BY_ID, CHECKS, Profile, check_list
 from accel_plugins.conformance.report import Outcome, Status, exit_code, junit_xml, render_table
 from accel_plugins.conformance.runner import FUNCTIONS, selected
 
