@@ -6,6 +6,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from accel_plugins.conformance import slice_rules
 from accel_plugins.conformance.session import Failed, Session, Skipped
@@ -67,9 +68,30 @@ async def wait_for_slices(s: Session) -> None:
         await asyncio.sleep(0.5)  # no watch for a kit that may lack list-watch rights
 
 
+async def settled_slices(s: Session) -> list[dict[str, Any]]:
+    """Every slice of the driver once they stop changing (a driver publishes its slices one
+    by one): the same names and versions over a second, or what is there after SETTLE."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE
+
+    def key(items: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return [(i["metadata"]["name"], str(i["metadata"].get("resourceVersion"))) for i in items]
+
+    items = await s.cluster.slices()
+    stable_since = loop.time()
+    while loop.time() < deadline:
+        await asyncio.sleep(0.25)
+        again = await s.cluster.slices()
+        if key(again) != key(items):
+            items, stable_since = again, loop.time()
+        elif loop.time() - stable_since >= 1.0:
+            break
+    return items
+
+
 async def slices_node(s: Session) -> str:
     await wait_for_slices(s)
-    every = await s.cluster.slices()
+    every = await settled_slices(s)
     mine = [i for i in every if i["spec"].get("nodeName") == s.node]
     others = [i for i in every if i["spec"].get("nodeName") != s.node]
     my_pools = {str(slice_rules.pool(i).get("name")) for i in mine}

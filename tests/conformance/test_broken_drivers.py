@@ -11,6 +11,7 @@ any slice of that driver for another node is its fault.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Iterator
 
@@ -19,7 +20,7 @@ import pytest
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
 from accel_plugins.conformance.envtest import ApiServer
-from accel_plugins.conformance.report import Status
+from accel_plugins.conformance.report import Outcome, Status
 from accel_plugins.testing import short_tempdir
 from tests.conformance.kit import PYTHON, by_status, run_kit
 from tests.fixtures.dra_kube import V1_34, V1_36, ServerOf
@@ -77,31 +78,37 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("fault", "check"), [pytest.param(f, c, id=f) for f, c in CASES])
-async def test_a_broken_driver_fails_exactly_its_check(
-    fault: str, check: str | None, apiservers: ServerOf
-) -> None:
-    await fails_exactly(apiservers(V1_34), fault, check, not_offered={"taints", "shares"})
+SHARED_CASES = [("none", None), ("no-share-id", "shares")]
+# The kit mostly waits (for processes, registrations, the API server): several runs at
+# once, each with its own driver name, node, registry and CDI directory.
+AT_ONCE = 5
+Runs = dict[tuple[str, bool], dict[str, Outcome]]
+pytestmark = pytest.mark.timeout(600)  # the module fixture runs every case
 
 
-@pytest.mark.parametrize(
-    ("fault", "check"),
-    [pytest.param("none", None, id="shares-answered"), pytest.param("no-share-id", "shares")],
-)
-async def test_shares_are_checked_where_the_api_server_keeps_them(
-    fault: str, check: str | None, apiservers: ServerOf
-) -> None:
-    """1.36 keeps allowMultipleAllocations (DRAConsumableCapacity, beta): the toy's shared
-    devices are allocated twice, each with a shareID, and each answer needs its share_id."""
-    await fails_exactly(apiservers(V1_36), fault, check, not_offered={"taints"}, shared=True)
+@pytest.fixture(scope="module")
+def runs(apiservers: ServerOf) -> Runs:
+    """Every case's outcomes: the faults on 1.34; with ``--shared`` on 1.36, which keeps
+    allowMultipleAllocations (DRAConsumableCapacity is beta there, on by default)."""
+    plain, shares = apiservers(V1_34), apiservers(V1_36)
+
+    async def all_runs() -> Runs:
+        gate = asyncio.Semaphore(AT_ONCE)
+
+        async def one(fault: str, shared: bool) -> tuple[tuple[str, bool], dict[str, Outcome]]:
+            async with gate:
+                return (fault, shared), await run_toy(shares if shared else plain, fault, shared)
+
+        cases = [(f, False) for f, _ in CASES] + [(f, True) for f, _ in SHARED_CASES]
+        return dict(await asyncio.gather(*(one(f, shared) for f, shared in cases)))
+
+    return asyncio.run(all_runs())
 
 
-async def fails_exactly(
-    server: ApiServer, fault: str, check: str | None, *, not_offered: set[str], shared: bool = False
-) -> None:
+async def run_toy(server: ApiServer, fault: str, shared: bool) -> dict[str, Outcome]:
     n = next(_names)
     with short_tempdir("kit-") as root:
-        outcomes = await run_kit(
+        return await run_kit(
             server,
             root,
             driver=f"toy-{n}.conformance.example",
@@ -110,6 +117,27 @@ async def fails_exactly(
             sole_node=True,
             repair=5.0,  # the toy repairs within a second; a broken one is not waited for long
         )
+
+
+@pytest.mark.parametrize(("fault", "check"), [pytest.param(f, c, id=f) for f, c in CASES])
+def test_a_broken_driver_fails_exactly_its_check(fault: str, check: str | None, runs: Runs) -> None:
+    fails_exactly(runs[(fault, False)], check, not_offered={"taints", "shares"})
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"), [pytest.param(f, c, id=f"shared-{f}") for f, c in SHARED_CASES]
+)
+def test_shares_are_checked_where_the_api_server_keeps_them(
+    fault: str, check: str | None, runs: Runs
+) -> None:
+    """The toy's shared devices are allocated twice, each with a shareID, and each answer
+    needs its share_id."""
+    fails_exactly(runs[(fault, True)], check, not_offered={"taints"})
+
+
+def fails_exactly(
+    outcomes: dict[str, Outcome], check: str | None, *, not_offered: set[str]
+) -> None:
     failed = by_status(outcomes, Status.FAILED)
     assert set(failed) == ({check} if check else set()), failed
     skipped = by_status(outcomes, Status.SKIPPED)

@@ -243,7 +243,7 @@ class Toy:
         if self.fault == "racy-answers":
             # The fault: the answer goes through shared state across an await.
             self.last_answer = answer
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)  # long enough that concurrent calls overlap
             return self.last_answer
         return answer
 
