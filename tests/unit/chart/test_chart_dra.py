@@ -34,7 +34,15 @@ PLUGINS = "/var/lib/kubelet/plugins"
 REGISTRY = "/var/lib/kubelet/plugins_registry"
 CDI = "/var/run/cdi"
 ACCOUNT = f"{RELEASE}-accel-plugins-dra"
-DRA_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DeviceClass")
+DRA_KINDS = (
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "DeviceClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+POLICY = f"{ACCOUNT}-node-slices"
 
 
 @pytest.fixture(autouse=True)
@@ -248,22 +256,16 @@ async def test_rendered_rbac_and_device_classes_are_accepted_by_the_api_server(
 async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
     kube: AsyncClient, kube_node: str, kube_apiserver: ApiServer
 ) -> None:
-    from lightkube import ApiError, KubeConfig
-    from lightkube.models.authentication_v1 import TokenRequestSpec
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Secret, ServiceAccountToken
+    from lightkube import ApiError
+    from lightkube.resources.core_v1 import Secret
     from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 
-    from accel_plugins.dra.kube import KubeSlicePublisher, make_client
+    from accel_plugins.dra.kube import KubeSlicePublisher
     from accel_plugins.plugin.device import Device, tree
 
-    token = await kube.create(
-        ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(audiences=[])),
-        ACCOUNT,
-        namespace=NAMESPACE,
-    )
-    assert token.status is not None
-    client = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig(token.status.token)))
+    # As the DaemonSet's pod on that node has it: a token bound to the pod (the node-scope
+    # policy admits only such a token's node).
+    client = await pod_client(kube, kube_apiserver, kube_node)
     try:
         driver = "generic.accel-plugins.io"
         publisher = KubeSlicePublisher(client, driver=driver, node=kube_node)
@@ -298,3 +300,170 @@ async def test_the_service_account_can_do_what_the_driver_needs_and_no_more(
             assert refused.value.status.code == 403
     finally:
         await client.close()
+
+
+async def pod_client(kube: AsyncClient, server: ApiServer, node: str) -> AsyncClient:
+    """A client with the driver ServiceAccount's token bound to a pod on ``node``, as the
+    kubelet projects it into the DaemonSet's pod: the API server then names the node in
+    the request's user info (authentication.kubernetes.io/node-name, 1.32+)."""
+    from lightkube import KubeConfig
+    from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Pod, ServiceAccountToken
+
+    from accel_plugins.dra.kube import make_client
+
+    pod = await kube.create(
+        cast(
+            Pod,
+            Pod.from_dict(
+                {
+                    "metadata": {"generateName": "dra-driver-", "namespace": NAMESPACE},
+                    "spec": {
+                        "nodeName": node,
+                        "serviceAccountName": ACCOUNT,
+                        "automountServiceAccountToken": False,
+                        "containers": [{"name": "driver", "image": "accel-plugins:test"}],
+                    },
+                }
+            ),
+        )
+    )
+    assert pod.metadata is not None
+    bound = BoundObjectReference(
+        apiVersion="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
+    )
+    token = await kube.create(
+        ServiceAccountToken(
+            metadata=ObjectMeta(), spec=TokenRequestSpec(audiences=[], boundObjectRef=bound)
+        ),
+        ACCOUNT,
+        namespace=NAMESPACE,
+    )
+    assert token.status is not None
+    return make_client(KubeConfig.from_dict(server.kubeconfig(token.status.token)))
+
+
+def test_the_node_scope_policy_matches_the_drivers_account_and_every_slice_write() -> None:
+    objects = render(ci_values("dra"))
+    policy = of_kind(objects, "ValidatingAdmissionPolicy")[POLICY]["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceslices"]
+    assert rule["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    assert f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}" in str(policy["matchConditions"])
+    binding = of_kind(objects, "ValidatingAdmissionPolicyBinding")[POLICY]["spec"]
+    assert binding == {"policyName": POLICY, "validationActions": ["Deny"]}
+    off = render(ci_values("dra") | {"dra": {"nodeScopedSlices": False}})
+    assert not of_kind(off, "ValidatingAdmissionPolicy")
+
+
+@pytest.mark.usefixtures("applied")
+async def test_each_nodes_driver_writes_only_its_own_nodes_slices(
+    kube: AsyncClient, kube_apiserver: ApiServer, kube_node: str
+) -> None:
+    """Two nodes' drivers, each with its pod-bound token: each creates, updates and deletes
+    its own node's slice, and is refused all three on the other's (issue 31: before the
+    policy, 6 of 6 such foreign writes were accepted). A token bound to no pod names no
+    node and writes nothing. The policy's CEL is checked by the API server at create."""
+    from lightkube import ApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPolicyBinding
+    from lightkube.resources.core_v1 import Node
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    other = f"{kube_node}-b"
+    await kube.create(Node(metadata=ObjectMeta(name=other)))
+    clients = {n: await pod_client(kube, kube_apiserver, n) for n in (kube_node, other)}
+
+    def slice_for(node: str, device: str = "dev-0") -> ResourceSlice:
+        return cast(
+            ResourceSlice,
+            ResourceSlice.from_dict(
+                {
+                    "metadata": {"name": f"{node}-scope-test"},
+                    "spec": {
+                        "driver": "generic.accel-plugins.io",
+                        "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": [{"name": device}],
+                    },
+                }
+            ),
+        )
+
+    async def refused(call: Any) -> str:
+        with pytest.raises(ApiError) as denied:
+            await call
+        assert denied.value.status.code == 403
+        return denied.value.status.message or ""
+
+    binding = next(o for o in _dra_objects() if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    try:
+        # Without the binding, RBAC alone: the other node's slice is created, updated and
+        # deleted by this node's driver (what the policy is for; it proves the test too).
+        await kube.delete(ValidatingAdmissionPolicyBinding, POLICY)
+        await until_policy(clients[kube_node], slice_for(other), active=False)
+        await clients[kube_node].replace(slice_for(other, "dev-1"))
+        await clients[kube_node].delete(ResourceSlice, f"{other}-scope-test")
+        await _apply(kube, [binding])
+        await until_policy(clients[kube_node], slice_for(other), active=True)
+        for me, them in ((kube_node, other), (other, kube_node)):
+            mine = clients[me]
+            await mine.create(slice_for(me))
+            await mine.replace(slice_for(me, "dev-1"))
+            message = await refused(mine.create(slice_for(them)))
+            assert f"on node {me} may write only that node's ResourceSlices" in message
+            await kube.create(slice_for(them))  # the other node's, as its driver wrote it
+            await refused(mine.replace(slice_for(them, "dev-1")))
+            await refused(mine.delete(ResourceSlice, f"{them}-scope-test"))
+            # (Moving a slice to another node is refused before admission: spec.nodeName
+            # is immutable.)
+            await mine.delete(ResourceSlice, f"{me}-scope-test")
+            await kube.delete(ResourceSlice, f"{them}-scope-test")
+        # The ServiceAccount's token from the TokenRequest API, bound to no pod.
+        from lightkube import KubeConfig
+        from lightkube.models.authentication_v1 import TokenRequestSpec
+        from lightkube.resources.core_v1 import ServiceAccountToken
+
+        from accel_plugins.dra.kube import make_client
+
+        token = await kube.create(
+            ServiceAccountToken(metadata=ObjectMeta(), spec=TokenRequestSpec(audiences=[])),
+            ACCOUNT,
+            namespace=NAMESPACE,
+        )
+        assert token.status is not None
+        unbound = make_client(KubeConfig.from_dict(kube_apiserver.kubeconfig(token.status.token)))
+        try:
+            assert "names no node" in await refused(unbound.create(slice_for(kube_node)))
+        finally:
+            await unbound.close()
+    finally:
+        for client in clients.values():
+            await client.close()
+        await kube.delete(Node, other)
+
+
+async def until_policy(client: AsyncClient, item: Any, *, active: bool) -> None:
+    """Create ``item`` until the API server's admission agrees with ``active``: a policy or
+    binding takes effect once the server has loaded it, and no event says when. With
+    ``active`` False the slice is left created."""
+    from lightkube import ApiError
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await client.create(item)
+        except ApiError as exc:
+            refused = exc.status
+            if active:
+                break
+        else:
+            if not active:
+                return
+            await client.delete(ResourceSlice, item.metadata.name)
+        assert time.monotonic() < deadline, f"the node-scope policy never became {active}"
+        await asyncio.sleep(0.1)
+    assert refused.code == 403, refused.message
