@@ -25,6 +25,7 @@ from accel_plugins.errors import AccelPluginsError
 
 if TYPE_CHECKING:
     from accel_plugins.deviceplugin.manager import Manager, ManagerSettings
+    from accel_plugins.metrics.server import MetricsServer
     from accel_plugins.plugin.backend import Backend
     from accel_plugins.plugin.command import BackendFactory
     from accel_plugins.runtime.cordon import Cordons
@@ -119,6 +120,7 @@ async def serve(
         from accel_plugins.switch.wait import await_handover
 
         task = asyncio.ensure_future(await_handover(handover.side, handover.state))
+        meanwhile = await _serve_while_waiting(listener, handover) if listener else None
 
         waiting = task
         try:
@@ -128,9 +130,14 @@ async def serve(
                 loop.remove_signal_handler(sig)
             if config_watch is not None:
                 config_watch.close()
+            if meanwhile is not None:
+                await meanwhile.stop()
             if listener is not None:
                 listener.close()
             return 0
+        finally:
+            if meanwhile is not None and not meanwhile.stopped:
+                await meanwhile.stop()
         waiting = None
     # Modules, protobuf descriptors and gRPC state live as long as the process:
     # moved out of the collector's reach, full collections stay short. Done once
@@ -225,6 +232,35 @@ async def warm_backend(backend: object) -> None:
         await asyncio.to_thread(warm)
     except Exception:
         log.exception("warming the backend up failed; its first calls load what they need")
+
+
+async def _serve_while_waiting(listener: socket.socket, handover: Handover) -> MetricsServer:
+    """/healthz, /readyz and the handover's series while the other mode holds the node.
+
+    The plugin is alive (/healthz 200, noting the wait) and not ready (/readyz 503, saying
+    what it waits for): a liveness probe must not restart it for a drain that outlasts
+    its failure window. Served on a duplicate of the listener, so stopping it leaves the
+    listener (and connections queued on it) to the metrics server that follows.
+    """
+    from prometheus_client import CollectorRegistry
+
+    from accel_plugins.metrics.server import MetricsServer
+    from accel_plugins.switch.metrics import HandoverCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HandoverCollector(handover.state))
+
+    async def alive() -> list[str]:
+        return []
+
+    async def unready() -> list[str]:
+        return [handover.state.waiting_line()]
+
+    server = MetricsServer(
+        registry, alive, readiness=unready, notes=lambda: [handover.state.waiting_line()]
+    )
+    await server.start(sock=listener.dup())
+    return server
 
 
 def _metrics_listener(address: tuple[str, int]) -> socket.socket:

@@ -106,7 +106,8 @@ async def serve_dra(
 
     /metrics has the device and backend series of device-plugin mode (their
     ``resource`` label is the backend's resource name) and the API side's;
-    /healthz is 503 while the driver's socket or registration is missing.
+    /healthz is 503 while the driver's socket or registration is missing; while it
+    waits for the handover, /healthz is 200 and /readyz 503, saying what it waits for.
     ``device_taints`` is ``--dra-device-taints`` (auto, on, off), ``shared_devices``
     ``--dra-shared-devices`` (the same). With ``handover`` the driver waits before
     serving until the device-plugin mode holds and advertises none of our devices; with
@@ -152,10 +153,23 @@ async def serve_dra(
     if handover is not None:
         registry.register(HandoverCollector(handover.state))
 
-    async def problems() -> list[str]:
-        return running.problems()
+    # While the other mode still holds the node the driver is alive (/healthz 200, noting
+    # the wait) but not ready (/readyz 503): a liveness probe must not restart a plugin for
+    # a drain that outlasts its failure window.
+    waiting_for = [handover] if handover is not None else []
 
-    metrics = MetricsServer(registry, problems)
+    async def problems() -> list[str]:
+        return [] if waiting_for else running.problems()
+
+    async def unready() -> list[str]:
+        return [w.state.waiting_line() for w in waiting_for]
+
+    metrics = MetricsServer(
+        registry,
+        problems,
+        readiness=unready,
+        notes=lambda: [w.state.waiting_line() for w in waiting_for],
+    )
     if metrics_address is not None:
         try:
             await metrics.start(*metrics_address)
@@ -186,6 +200,7 @@ async def serve_dra(
             except asyncio.CancelledError:
                 return 0  # SIGTERM while waiting: nothing was published
             waiting = None
+            waiting_for.clear()
         if switch is not None:
             driver.before_unserve = lambda: kube.withdraw_on_switch(client, apis, settings, switch)
         async with (

@@ -1,11 +1,15 @@
-"""GET /metrics and /healthz on one TCP address, in a few lines of asyncio.
+"""GET /metrics, /healthz and /readyz on one TCP address, in a few lines of asyncio.
 
 A scrape first runs the ``before_scrape`` hooks on the event loop (they may
 only schedule work, e.g. a PodResources refresh, never wait for it), then
 renders the registry in a worker thread: collectors may read hardware (NVML)
 and a 10,000-device node takes tens of milliseconds to format, neither of
 which should hold up Allocate on the loop. /healthz asks the health check
-(the manager probes every resource's server) with a time limit.
+(the manager probes every resource's server) with a time limit: the liveness
+probe's question, "is this process stuck?". /readyz adds what the plugin is
+waiting for (the other mode's handover, say): the readiness probe's question,
+"does it serve yet?". A plugin that waits is alive, and must not be restarted
+for waiting.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def status_health(status: StatusSource) -> HealthCheck:
 
 
 class MetricsServer:
-    """Serves GET (and HEAD) /metrics and /healthz."""
+    """Serves GET (and HEAD) /metrics, /healthz and /readyz."""
 
     def __init__(
         self,
@@ -64,9 +68,11 @@ class MetricsServer:
         before_scrape: Sequence[Callable[[], None]] = (),
         health_timeout: float = HEALTH_TIMEOUT,
         notes: HealthNotes = tuple,
+        readiness: HealthCheck | None = None,
     ) -> None:
         self._registry = registry
         self._health = health
+        self._readiness = readiness
         self._notes = notes
         self._before_scrape = tuple(before_scrape)
         self._health_timeout = health_timeout
@@ -84,6 +90,10 @@ class MetricsServer:
         log.info("metrics on http://%s:%d/metrics", *bound)
         return bound
 
+    @property
+    def stopped(self) -> bool:
+        return self._server is None
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -98,11 +108,19 @@ class MetricsServer:
 
     async def health(self) -> list[str]:
         """The /healthz problems; a check that overruns its time is one itself."""
+        return await self._checked(self._health, "health check")
+
+    async def readiness(self) -> list[str]:
+        """The /readyz problems: /healthz's and what the plugin is still waiting for."""
+        waiting = await self._checked(self._readiness, "readiness check") if self._readiness else []
+        return [*await self.health(), *waiting]
+
+    async def _checked(self, check: HealthCheck, what: str) -> list[str]:
         try:
             async with asyncio.timeout(self._health_timeout):
-                return list(await self._health())
+                return list(await check())
         except TimeoutError:
-            return [f"health check took longer than {self._health_timeout:g}s"]
+            return [f"{what} took longer than {self._health_timeout:g}s"]
 
     async def _respond(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method not in ("GET", "HEAD"):
@@ -121,6 +139,11 @@ class MetricsServer:
             if not problems:
                 return 200, "text/plain", f"ok\n{notes}".encode()
             return 503, "text/plain", ("".join(f"{p}\n" for p in problems) + notes).encode()
+        if path == "/readyz":
+            problems = await self.readiness()
+            if not problems:
+                return 200, "text/plain", b"ready\n"
+            return 503, "text/plain", "".join(f"{p}\n" for p in problems).encode()
         return 404, "text/plain", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -31,6 +31,11 @@ class HandoverState:
     waiting: bool = False
     waited: float = 0.0  # seconds, once done
 
+    def waiting_line(self) -> str:
+        """What /healthz notes and /readyz reports while the plugin waits."""
+        seen = "not read yet" if self.blockers.clear else self.blockers.describe()
+        return f"waiting to serve as {self.mode}: the other mode still holds this node ({seen})"
+
 
 async def await_handover(
     side: Side,

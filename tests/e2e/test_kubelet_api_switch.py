@@ -41,6 +41,7 @@ from tests.e2e.test_kubelet_admit_claims import (
     stop,
 )
 from tests.e2e.test_migrate import gpu_slice
+from tests.support.cli import free_port, http_get
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient
@@ -110,6 +111,30 @@ def dra_argv(root: Path) -> list[str]:
         "--dra-cdi-spec-dir",
         str(root / "cdi"),
     ]
+
+
+async def probes_while_waiting(port: int, mode: str, blocker: str) -> None:
+    """Alive, not ready, and saying why: the chart's liveness probe (/healthz) must not
+    restart a plugin whose handover outlasts the probe's failure window (issue 31), and
+    its readiness probe (/readyz) keeps it out of service until it serves."""
+    status, body = await http_get(port, "/healthz")
+    assert status == 200
+    assert body.startswith("ok\n")
+    assert f"waiting to serve as {mode}: the other mode still holds this node" in body
+    status, body = await http_get(port, "/readyz")
+    assert status == 503
+    assert f"waiting to serve as {mode}" in body
+    assert blocker in body
+
+
+async def until_served(port: int) -> None:
+    """Once the handover is over, neither probe speaks of it: from then on both report
+    the plugin's own state (here: a driver no plugin watcher registers, so not ready)."""
+    deadline = time.monotonic() + TIMEOUT
+    while "waiting to serve" in (await http_get(port, "/readyz"))[1]:
+        assert time.monotonic() < deadline, await http_get(port, "/readyz")
+        await asyncio.sleep(0.1)  # no event: the probe is the kubelet's poll too
+    assert "waiting to serve" not in (await http_get(port, "/healthz"))[1]
 
 
 async def test_a_relabelled_node_moves_from_dra_to_the_device_plugin_never_both(
@@ -205,17 +230,21 @@ async def test_a_relabelled_node_moves_from_the_device_plugin_to_dra_after_its_p
             assert not list(kubelet_dir.glob("nvidia.com_*.sock"))  # removed on stop
 
             # The driver waits: the kubelet still lists the pod's GPU (PodResources).
-            driver = await spawn(*common, *dra_argv(root))
+            port = free_port()
+            metrics = ["--metrics-address", f"127.0.0.1:{port}"]
+            driver = await spawn(*common, *dra_argv(root), *metrics)
             waiting = await asyncio.wait_for(
                 read_until(driver, "waiting for the other mode"), TIMEOUT
             )
             assert f"ml/trainer: {GPU} {held}" in waiting
             assert await slice_devices(kube, kube_node) == 0
+            await probes_while_waiting(port, "dra", f"ml/trainer: {GPU} {held}")
 
             kubelet.release("trainer", namespace="ml")  # the pod ended
             released = time.monotonic()
             await asyncio.wait_for(some.wait(), TIMEOUT)
             assert await slice_devices(kube, kube_node) == 4
+            await until_served(port)
         finally:
             recorder.cancel()
             for proc in (plugin, driver):
@@ -236,9 +265,13 @@ async def test_sigterm_while_waiting_exits_cleanly_having_served_nothing(
         live_driver.bind(str(driver_dir / "dra.sock"))  # a DRA driver still serving
         live_driver.listen()
         argv = node_argv(tmp_path, root, "node-x", tmp_path / "none", kubelet, kubelet_dir)
-        plugin = await spawn(*argv, "--kubelet-socket", str(kubelet.socket_path))
+        port = free_port()
+        metrics = ["--metrics-address", f"127.0.0.1:{port}"]
+        plugin = await spawn(*argv, "--kubelet-socket", str(kubelet.socket_path), *metrics)
         try:
             await asyncio.wait_for(read_until(plugin, "waiting for the other mode"), TIMEOUT)
+            # What blocks it: the DRA side it cannot read counts as advertising.
+            await probes_while_waiting(port, "device-plugin", "still advertised")
             plugin.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(plugin.wait(), TIMEOUT) == 0
             assert GPU not in kubelet.resources

@@ -138,6 +138,7 @@ async def test_kubelet_restart_counts_and_healthz_follows(
 ) -> None:
     running, _ = node
     assert await running.get("/healthz") == (200, "ok\n")
+    assert await running.get("/readyz") == (200, "ready\n")
 
     await kubelet.stop()  # the kubelet goes away, and its socket with it
     assert not kubelet.socket_path.exists()
@@ -145,6 +146,8 @@ async def test_kubelet_restart_counts_and_healthz_follows(
         503,
         f"{WIDGET}: not registered with the kubelet\n",
     )
+    # Nothing to wait for besides: not ready for what makes it unhealthy.
+    assert await running.get("/readyz") == (503, f"{WIDGET}: not registered with the kubelet\n")
 
     await kubelet.start()  # a new kubelet wipes the directory: re-serve, re-register
     await kubelet.wait_for_resource(WIDGET)

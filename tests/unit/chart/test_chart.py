@@ -236,6 +236,8 @@ def test_defaults_run_nvidia_on_nfd_labelled_gpu_nodes() -> None:
     assert env["ACCEL_PLUGINS_METRICS_ADDRESS"] == ":9478"
     assert env["ACCEL_PLUGINS_LOG_FORMAT"] == "json"
     assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # Ready once it serves; alive (/healthz) while it waits for the other mode's handover.
+    assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert ds["spec"]["template"]["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": "9478",
@@ -345,6 +347,7 @@ def test_metrics_disabled_removes_port_probe_service_and_annotations() -> None:
     plugin = container(ds)
     assert "ports" not in plugin
     assert "livenessProbe" not in plugin
+    assert "readinessProbe" not in plugin
     env = {e["name"]: e.get("value") for e in plugin["env"]}
     assert env["ACCEL_PLUGINS_METRICS_ADDRESS"] == ""
     assert of_kind(objects, "Service") == {}

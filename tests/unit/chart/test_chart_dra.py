@@ -85,6 +85,7 @@ def test_dra_daemonsets_run_the_driver(backend: str, driver: str) -> None:
     # as a device plugin does: the same port, probe and Service.
     assert plugin["ports"] == [{"name": "metrics", "containerPort": 9478, "protocol": "TCP"}]
     assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert {"name": "ACCEL_PLUGINS_METRICS_ADDRESS", "value": ":9478"} in plugin["env"]
 
 
@@ -94,6 +95,7 @@ def test_dra_pods_without_metrics_have_no_port_or_probe() -> None:
         plugin = container(daemonset(render(values), backend))
         assert "ports" not in plugin
         assert "livenessProbe" not in plugin
+        assert "readinessProbe" not in plugin
 
 
 def test_rbac_is_least_privilege() -> None:

@@ -41,3 +41,4 @@ def test_metrics_off_drops_port_probe_and_address() -> None:
     assert env["ACCEL_PLUGINS_METRICS_ADDRESS"] == ""  # empty disables /metrics and /healthz
     assert "ports" not in plugin
     assert "livenessProbe" not in plugin
+    assert "readinessProbe" not in plugin
