@@ -3,10 +3,10 @@
 ``NodePrepareResources`` as the kubelet calls it (the emulator's DraClient on
 the driver's ``dra.sock``), for one claim of one device: the driver resolves
 the ResourceClaim, writes the claim's CDI spec and its checkpoint, and
-answers; each round unprepares the claim after. Twice: with every prepare
-reading the claim from the API server (one GET, loopback; as before issue
-25) and with the claim read once and kept under a watch (KubeClaimSource's
-default). The first Prepare of a fresh driver is reported apart. Beside it,
+answers; each round unprepares the claim after, so every prepare reads the
+claim from the API server (one GET, loopback): the driver keeps no read and
+watches no claim (issue 31). The first Prepare of a fresh driver is reported
+apart. Beside it,
 the device-plugin path for the same device: the emulator's Allocate through
 the same framework (bench_admission), where no API server is involved.
 """
@@ -74,8 +74,7 @@ GOAL_MS = 10.0
 
 
 async def compared_rows(
-    reading: Any,
-    kept: Any,
+    source: Any,
     claim: DraClaim,
     *,
     driver: str,
@@ -83,27 +82,17 @@ async def compared_rows(
     workdir: Path,
     rounds: int,
 ) -> list[Row]:
-    """``reading`` reads the claim at every prepare; ``kept`` reads it once."""
-    rows: list[Row] = []
-    for label, source in (("claim read every time", reading), ("claim read once", kept)):
-        run_dir = workdir / ("kept" if source is kept else "read")
-        prepare, both = await prepare_samples(
-            source, claim, driver=driver, node=node, workdir=run_dir, rounds=rounds
-        )
-        p50 = percentile(both[1:], 50)
-        fast = source is kept
-        rows += [
-            Row(f"DRA first Prepare ({label})", prepare[0], "ms", "", None),
-            Row(f"DRA Prepare p50 ({label})", percentile(prepare[1:], 50), "ms", "", None),
-            Row(
-                f"DRA Prepare+Unprepare p50 ({label})",
-                p50,
-                "ms",
-                f"<= {GOAL_MS:.0f}" if fast else "",
-                p50 <= GOAL_MS if fast else None,
-            ),
-            Row(f"DRA Prepare+Unprepare p99 ({label})", percentile(both[1:], 99), "ms", "", None),
-        ]
+    """Prepare through ``source`` (one GET per prepare), beside the device plugin's Allocate."""
+    prepare, both = await prepare_samples(
+        source, claim, driver=driver, node=node, workdir=workdir / "read", rounds=rounds
+    )
+    p50 = percentile(both[1:], 50)
+    rows = [
+        Row("DRA first Prepare", prepare[0], "ms", "", None),
+        Row("DRA Prepare p50", percentile(prepare[1:], 50), "ms", "", None),
+        Row("DRA Prepare+Unprepare p50", p50, "ms", f"<= {GOAL_MS:.0f}", p50 <= GOAL_MS),
+        Row("DRA Prepare+Unprepare p99", percentile(both[1:], 99), "ms", "", None),
+    ]
     allocate = await allocate_samples(workdir / "device-plugin", rounds, UNIFORM, count=1)
     return [
         *rows,

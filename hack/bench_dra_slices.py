@@ -94,7 +94,7 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
             assert claim.metadata is not None
             assert claim.metadata.uid is not None
             ref = ClaimRef(uid=claim.metadata.uid, namespace="default", name="bench")
-            source = KubeClaimSource(admin, kept=0)  # every resolve a GET
+            source = KubeClaimSource(admin)  # every resolve a GET
             reads: list[float] = []
             for _ in range(rounds):
                 start = time.perf_counter()
@@ -102,17 +102,14 @@ async def bench_dra(args: argparse.Namespace, workdir: Path) -> list[Row]:
                 reads.append((time.perf_counter() - start) * 1000)
             # The admin identity reads the claim: a node's would need a pod bound to it
             # (the Node authorizer); the API read costs the same.
-            kept = KubeClaimSource(admin)
             compared = await compared_rows(
                 source,
-                kept,
                 DraClaim(namespace="default", name="bench", uid=claim.metadata.uid),
                 driver=DRIVER,
                 node=NODE,
                 workdir=workdir,
                 rounds=rounds,
             )
-            await kept.close()
         finally:
             await node.close()
             await admin.close()

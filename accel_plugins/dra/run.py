@@ -216,6 +216,5 @@ async def serve_dra(
         if config_watch is not None:
             config_watch.close()
         await metrics.stop()
-        await claims.close()
         await client.close()
     return 0

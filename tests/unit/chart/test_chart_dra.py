@@ -110,7 +110,7 @@ def test_rbac_is_least_privilege() -> None:
         {
             "apiGroups": ["resource.k8s.io"],
             "resources": ["resourceclaims"],
-            "verbs": ["get", "watch"],
+            "verbs": ["get"],
         },
         # get: the slices' owner; list and watch: the cordon annotation (kube/cordon.py).
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},

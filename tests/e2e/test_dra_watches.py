@@ -1,0 +1,130 @@
+"""A node's DRA driver holds a fixed number of watches at the API server, none per claim.
+
+Issue 31: with a watch per prepared claim, 12 prepared claims cost 12 long-lived
+requests on every node. Counted where the cost is, at a real kube-apiserver of its
+own (no scheduler, nothing else watching): its ``apiserver_longrunning_requests``
+gauge, by resource, while the generic driver runs as a process and holds 12 prepared
+claims (prepared by the conformance kit's kubelet and scheduler parts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
+
+from lightkube import KubeConfig
+
+from accel_plugins.conformance.cluster import Allocated, Cluster
+from accel_plugins.conformance.envtest import ApiServer, EnvtestUnavailable, api_server
+from accel_plugins.conformance.kubelet_side import KubeletSide
+from accel_plugins.kube.client import make_client
+from accel_plugins.kubelet_emulator.dra import DraClaim
+from accel_plugins.testing import short_tempdir
+from tests.conformance.test_our_drivers import dra_argv
+from tests.e2e.test_kubelet_admit_claims import stop
+from tests.e2e.test_kubelet_admit_cli import fake_node
+
+DRIVER = "generic.accel-plugins.io"
+NODE = "node-watches"
+CLAIMS = 12
+# The fake node's four accelerators, each shared three times: twelve devices.
+COUNTED = """
+devices:
+  - name: accel
+    groups:
+      - paths: [{path: "/dev/accel*"}]
+        count: 3
+"""
+pytestmark = pytest.mark.timeout(120)
+
+
+def long_running(server: ApiServer) -> dict[tuple[str, str], int]:
+    """(resource, verb) -> requests in flight now, from the API server's own /metrics."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.admin_token}"}
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        text = answer.read().decode()
+    found: dict[tuple[str, str], int] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_longrunning_requests{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = (labels.get("resource", ""), labels.get("verb", ""))
+            found[key] = found.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return found
+
+
+async def test_twelve_prepared_claims_hold_no_watch(tmp_path: Path) -> None:
+    try:
+        server_cm = api_server(scheduler=False)
+        server = server_cm.__enter__()
+    except EnvtestUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(server.kubeconfig()))
+        client = make_client(KubeConfig.from_dict(server.kubeconfig()))
+        cluster = Cluster(client, DRIVER, NODE)
+        await cluster.discover()
+        await cluster.ensure_node()
+        await cluster.prepare_objects()
+        with short_tempdir("watch-") as root:
+            backend = fake_node(tmp_path)
+            (tmp_path / "generic.yaml").write_text(COUNTED)
+            argv = [
+                a.replace("{node}", NODE)
+                .replace("{kubeconfig}", str(kubeconfig))
+                .replace("{registry}", str(root / "registry"))
+                .replace("{cdi_dir}", str(root / "cdi"))
+                for a in dra_argv(backend, root / "plugins")
+            ]
+            kubelet = KubeletSide(root / "registry", DRIVER)
+            await kubelet.start()
+            before = long_running(server)  # the API server's own loopback informers
+            proc = await asyncio.create_subprocess_exec(*argv)
+            try:
+                await kubelet.wait_registered(0, 30)
+                devices: list[dict[str, object]] = []
+                while len(devices) < CLAIMS:
+                    await asyncio.sleep(0.1)  # no watch: the test must not add one
+                    devices = [d for s in await cluster.node_slices() for d in s["spec"]["devices"]]
+                idle = long_running(server)
+                refs = []
+                for device in devices[:CLAIMS]:
+                    claim = await cluster.create_claim([cluster.exactly("r0")])
+                    name = str(device["name"])
+                    await cluster.allocate(claim, [Allocated("r0", DRIVER, NODE, name)])
+                    refs.append(DraClaim(claim.namespace, claim.name, claim.uid))
+                answers = await kubelet.client().prepare(refs)
+                assert [a.error for a in answers.values()] == [""] * CLAIMS
+                busy = long_running(server)
+            finally:
+                await stop(proc)
+                await kubelet.stop()
+        await client.close()
+    finally:
+        server_cm.__exit__(None, None, None)
+
+    def ours(now: dict[tuple[str, str], int]) -> dict[str, int]:
+        return {
+            resource: count - before.get((resource, verb), 0)
+            for (resource, verb), count in now.items()
+            if verb == "WATCH" and count != before.get((resource, verb), 0)
+        }
+
+    # Its slices (the publisher's watch, which repairs the kubelet's wipe; with
+    # --cordon-annotation a second, of its Node): the same with 12 claims prepared as with
+    # none. Before issue 31 the claims added 12 (one per prepared claim).
+    assert ours(idle) == {"resourceslices": 1}
+    assert ours(busy) == ours(idle)
