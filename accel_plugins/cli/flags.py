@@ -170,6 +170,25 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
     )
     add_flag(
         parser,
+        "--kube-api-qps",
+        type=float,
+        default=5.0,
+        env=("KUBE_API_QPS",),
+        metavar="QPS",
+        help="API requests per second on average, as client-go's rest.Config (0: no limit); "
+        "keeps a fleet of nodes from flooding the API server when something goes wrong",
+    )
+    add_flag(
+        parser,
+        "--kube-api-burst",
+        type=int,
+        default=10,
+        env=("KUBE_API_BURST",),
+        metavar="N",
+        help="API requests at once after a quiet spell (client-go's burst)",
+    )
+    add_flag(
+        parser,
         "--dra-driver-name",
         default=driver_name,
         help="--kubelet-api dra: the driver name (a DNS subdomain)",

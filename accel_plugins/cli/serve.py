@@ -70,7 +70,13 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             "--plugins-registry-dir", "", f"{args.plugin_dir} must differ from --plugin-dir"
         )
     dra = _dra_settings(args) if args.kubelet_api == "dra" else None
+    from accel_plugins.kube.rate_limit import RateLimit, set_process_limit
     from accel_plugins.metrics.address import parse_address
+
+    try:
+        set_process_limit(RateLimit(args.kube_api_qps, args.kube_api_burst))
+    except ValueError as exc:
+        raise ConfigError("--kube-api-qps/--kube-api-burst", "", str(exc)) from exc
     from accel_plugins.runtime.cordon import Cordons
     from accel_plugins.runtime.podresources import PodResourcesCache
 

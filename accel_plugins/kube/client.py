@@ -14,6 +14,7 @@ from pathlib import Path
 from lightkube import AsyncClient, ConfigError, KubeConfig
 
 from accel_plugins.errors import ConfigError as AccelConfigError
+from accel_plugins.kube.rate_limit import RateLimit, TokenBucket, process_limit
 
 KUBECONFIG_ENV = "KUBECONFIG"
 FIELD_MANAGER = "accel-plugins"
@@ -36,17 +37,31 @@ def load_config(kubeconfig: str | os.PathLike[str] | None = None) -> KubeConfig:
         ) from exc
 
 
-def make_client(config: KubeConfig | None = None, *, timeout: float = 10.0) -> AsyncClient:
-    """An AsyncClient for ``config`` (default: :func:`load_config`).
+def make_client(
+    config: KubeConfig | None = None, *, timeout: float = 10.0, limit: RateLimit | None = None
+) -> AsyncClient:
+    """An AsyncClient for ``config`` (default: :func:`load_config`), its requests paced by
+    ``limit`` (default: the process's, ``rate_limit.set_process_limit``; client-go's 5 qps,
+    burst 10).
 
     ``trust_env`` is off: a node's HTTP(S)_PROXY must not send API calls for
     the local control plane elsewhere.
     """
     import httpx2
 
-    return AsyncClient(
+    client = AsyncClient(
         config or load_config(),
         field_manager=FIELD_MANAGER,
         trust_env=False,
         timeout=httpx2.Timeout(timeout),
     )
+    bucket = TokenBucket(limit or process_limit())
+
+    async def paced(request: httpx2.Request) -> None:
+        await bucket.take()
+
+    # lightkube makes its httpx client itself and offers no hook: reached through its
+    # (stable since 0.x) attributes; tests/unit/kube/test_rate_limit.py checks the path.
+    transport: httpx2.AsyncClient = client._client._client
+    transport.event_hooks["request"].append(paced)
+    return client

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from accel_plugins.kube.access import optional_client
+from accel_plugins.runtime.backoff import jittered
 from accel_plugins.runtime.cordon import ANNOTATION, Cordons
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ async def follow_annotation(client: AsyncClient, node: str, cordons: Cordons) ->
             level = logging.DEBUG if failing else logging.WARNING
             log.log(level, "watching Node %s for %s failed (will retry): %s", node, ANNOTATION, exc)
             failing = True
-            await asyncio.sleep(delay)
+            await asyncio.sleep(jittered(delay))
             delay = min(delay * 2, BACKOFF_MAX)
 
 

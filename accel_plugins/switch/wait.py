@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from accel_plugins.runtime.backoff import jittered
 from accel_plugins.switch.model import Blockers, Mode
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ async def await_handover(
                     "kubelet-api switch to %s: waiting for the other mode: %s", state.mode, text
                 )
                 last = text
-            await asyncio.sleep(interval)
+            await asyncio.sleep(jittered(interval, 0.5))  # nodes of a fleet out of step
     finally:
         state.waiting = False
         state.waited = clock() - start

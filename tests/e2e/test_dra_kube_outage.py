@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from accel_plugins.dra.kube import KubeSlicePublisher
 from accel_plugins.plugin.device import Device, tree
+from tests.support.jitter import within_jitter
 
 FAILURES = "accel_plugins_dra_slice_publish_failures_total"
 
@@ -69,7 +70,7 @@ async def test_outage_is_retried_with_backoff_and_counted(
     assert pub.in_sync == (failed_calls == 0)
     await pub.wait_in_sync()
     assert pub.in_sync
-    assert slept == delays
+    assert within_jitter(slept, delays)
     assert registry.get_sample_value(FAILURES) == failed_calls
     written = await kube.get(ResourceSlice, f"{kube_node}-outage.example.com-0")
     assert [d.name for d in written.spec.devices or []] == ["dev0"]

@@ -58,6 +58,7 @@ from accel_plugins.plugin.dra_attributes import DraCounterSets
 from accel_plugins.plugin.dra_names import DraNamer
 from accel_plugins.plugin.dra_shares import DraSharedUnits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
+from accel_plugins.runtime.backoff import jittered
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ class KubeSlicePublisher:
                 log.warning(
                     "watching ResourceSlices for %s failed (will retry): %s", self._node, exc
                 )
-                await self._sleep(delay)
+                await self._sleep(jittered(delay))
                 delay = doubled(delay)
 
     def _check(self) -> None:

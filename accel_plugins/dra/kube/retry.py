@@ -2,16 +2,20 @@
 
 A failed ResourceSlice write must not raise into the kubelet side, and an API
 outage must not become a busy loop; so the publisher hands its attempt to a
-Retrier, which sleeps 1 s doubling to 30 s between tries and stops once the
-goal holds. At most one such task runs: a second start while one runs only
-lets the running one carry on (it always tries the newest state). The same
-doubling paces the publisher's watch restarts.
+Retrier, which sleeps 1 s doubling to 30 s between tries, each stretched by a
+random jitter of up to as much again (so the nodes of a fleet do not retry in
+step after an API server comes back), and stops once the goal holds. At most
+one such task runs: a second start while one runs only lets the running one
+carry on (it always tries the newest state). The same jittered doubling paces
+the publisher's watch restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+
+from accel_plugins.runtime.backoff import jittered
 
 BACKOFF_START = 1.0
 BACKOFF_MAX = 30.0
@@ -62,7 +66,7 @@ class Retrier:
     async def _loop(self, delay: float) -> None:
         while not self._done():
             if delay:
-                await self._sleep(delay)
+                await self._sleep(jittered(delay))
             if await self._attempt():
                 return
             delay = doubled(delay)
