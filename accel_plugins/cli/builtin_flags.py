@@ -275,9 +275,9 @@ def add_conformance_command(sub: Any) -> None:
         p,
         "--repair-timeout",
         type=float,
-        default=40.0,
+        default=70.0,
         metavar="S",
         help="seconds for slices to come back after the kubelet's wipe (kubeletplugin's "
-        "drivers wait 30)",
+        "drivers wait 30, or until a minute after the slice was last written)",
     )
     add_logging_flags(p)

@@ -230,7 +230,8 @@ CHECKS: tuple[Check, ...] = (
         f"{KUBELET_DRA}/plugin/dra_plugin_manager.go (the node's slices are wiped at start-up "
         "and 30 s after a driver's connection is lost; the kubelet never re-creates them); "
         f"{K8S} staging/src/k8s.io/dynamic-resource-allocation/resourceslice/"
-        "resourceslicecontroller.go (the library re-creates deleted slices after 30 s)",
+        "resourceslicecontroller.go (the library re-creates a deleted slice after 30 s, or a "
+        "minute after it last wrote it)",
         needs=("slices-pools",),
     ),
 )

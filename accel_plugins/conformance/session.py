@@ -40,7 +40,7 @@ class Skipped(AccelPluginsError):  # noqa: N818 (an outcome)
 class Timeouts:
     call: float = 30.0  # one NodePrepareResources / NodeUnprepareResources
     register: float = 60.0  # the driver's registration after a start
-    repair: float = 40.0  # slices back after the wipe (kubeletplugin waits 30 s)
+    repair: float = 70.0  # slices back after the wipe (kubeletplugin: up to a minute)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ async def run_kit(
     sole_node: bool = False,
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
-    repair: float = 40.0,
+    repair: float = 70.0,
 ) -> dict[str, Outcome]:
     """Check ``driver``, started by ``command``, against ``server``; outcomes by check ID."""
     (root / "cdi").mkdir(parents=True, exist_ok=True)
