@@ -34,7 +34,7 @@ CDI_VERSIONS = (
     "1.1.0",
 )
 VENDOR = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
-CLASS = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
+CLASS = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")  # dots from CDI 0.6.0
 DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
 EDIT_LISTS = ("env", "deviceNodes", "mounts", "hooks")
 

@@ -7,9 +7,9 @@ carries ``KUBECONFIG`` and ``NODE_NAME``. Stopping is SIGTERM, then SIGKILL afte
 a grace period, as the kubelet stops a pod.
 
 A reboot, as far as a process can be made to see one: the driver is stopped,
-the CDI spec files it wrote during the run are removed (``/var/run/cdi`` is a
-tmpfs on a real node: a reboot empties it; files that were there before the
-kit started are left alone), and ``{boot_id_file}`` gets a new boot ID. A
+the CDI spec files created or changed since the kit started are removed
+(``/var/run/cdi`` is a tmpfs on a real node: a reboot empties it; files that
+were there before are left alone), and ``{boot_id_file}`` gets a new boot ID. A
 driver that reads the kernel's boot ID itself sees the same boot, so it takes
 the reboot for a restart; its CDI specs are gone all the same.
 

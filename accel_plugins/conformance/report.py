@@ -89,7 +89,8 @@ def junit_xml(driver: str, outcomes: Sequence[Outcome]) -> str:
                 ]
             )
             if o.status is Status.FAILED:
-                failure = ET.SubElement(case, "failure", message=o.message.splitlines()[0])
+                first = (o.message.splitlines() or [""])[0]
+                failure = ET.SubElement(case, "failure", message=first)
                 failure.text = f"{o.message}\n\nrule: {o.check.rule}\nsource: {o.check.source}"
             elif o.status is Status.SKIPPED:
                 ET.SubElement(case, "skipped", message=o.message)
