@@ -173,19 +173,18 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         "--kube-api-qps",
         type=float,
         default=5.0,
-        env=("KUBE_API_QPS",),
         metavar="QPS",
-        help="API requests per second on average, as client-go's rest.Config (0: no limit); "
-        "keeps a fleet of nodes from flooding the API server when something goes wrong",
+        help="API requests per second on average, client-go's default (0: no limit); "
+        "holds a loop gone wrong to it, so a fleet of nodes cannot flood the API server",
     )
     add_flag(
         parser,
         "--kube-api-burst",
         type=int,
-        default=10,
-        env=("KUBE_API_BURST",),
+        default=100,
         metavar="N",
-        help="API requests at once after a quiet spell (client-go's burst)",
+        help="API requests at once after a quiet spell (the kubelet's burst: a storm of "
+        "claims or device changes passes at once)",
     )
     add_flag(
         parser,

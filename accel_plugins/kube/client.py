@@ -41,8 +41,8 @@ def make_client(
     config: KubeConfig | None = None, *, timeout: float = 10.0, limit: RateLimit | None = None
 ) -> AsyncClient:
     """An AsyncClient for ``config`` (default: :func:`load_config`), its requests paced by
-    ``limit`` (default: the process's, ``rate_limit.set_process_limit``; client-go's 5 qps,
-    burst 10).
+    ``limit`` (default: the process's, ``rate_limit.set_process_limit``: 5 a second, bursts
+    of 100).
 
     ``trust_env`` is off: a node's HTTP(S)_PROXY must not send API calls for
     the local control plane elsewhere.

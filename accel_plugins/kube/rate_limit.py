@@ -2,10 +2,12 @@
 
 ``qps`` requests a second on average, ``burst`` at once after a quiet spell; a request
 beyond waits its turn, in order. Every HTTP request counts (a list page, a watch's
-start), as client-go counts them. The defaults are client-go's (5 and 10): a node's
-plugin makes a few requests per claim and per device change, so the limit only bites
-when something goes wrong, and then it keeps a fleet of nodes from flooding the API
-server (NVIDIA's DRA driver has the same flags and defaults).
+start), as client-go counts them. The defaults: client-go's 5 a second, and the
+kubelet's burst of 100 (its --kube-api-burst). A node's plugin makes a few requests
+per claim and per device change, so a storm of them (pods starting, a device
+flapping) passes at once, while a loop gone wrong is held to 5 a second and cannot
+flood the API server from every node of a fleet. The flag names are those the
+kubelet and the CSI sidecars use for the same limit.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_QPS = 5.0
-DEFAULT_BURST = 10
+DEFAULT_BURST = 100
 
 
 @dataclass(frozen=True)

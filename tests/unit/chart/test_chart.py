@@ -235,8 +235,8 @@ def test_defaults_run_nvidia_on_nfd_labelled_gpu_nodes() -> None:
     assert env["ACCEL_PLUGINS_PLUGIN_DIR"] == "/var/lib/kubelet/device-plugins"
     assert env["ACCEL_PLUGINS_METRICS_ADDRESS"] == ":9478"
     assert env["ACCEL_PLUGINS_LOG_FORMAT"] == "json"
-    # client-go's defaults, as NVIDIA's DRA driver has them (--kube-api-qps/--kube-api-burst).
-    assert (env["ACCEL_PLUGINS_KUBE_API_QPS"], env["ACCEL_PLUGINS_KUBE_API_BURST"]) == ("5", "10")
+    # client-go's qps and the kubelet's burst (--kube-api-qps/--kube-api-burst).
+    assert (env["ACCEL_PLUGINS_KUBE_API_QPS"], env["ACCEL_PLUGINS_KUBE_API_BURST"]) == ("5", "100")
     assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     # Ready once it serves; alive (/healthz) while it waits for the other mode's handover.
     assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
