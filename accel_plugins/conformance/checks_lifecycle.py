@@ -61,11 +61,7 @@ async def reboot(s: Session) -> str:
 
 
 async def kubelet_restart(s: Session) -> str:
-    before = {
-        (str(slice_rules.pool(i).get("name")), str(d.get("name")))
-        for i in await s.cluster.node_slices()
-        for d in slice_rules.devices(i)
-    }
+    before = slice_rules.device_keys(await s.cluster.node_slices())
     await s.kubelet.stop()
     wiped = await s.cluster.wipe_node_slices()
     started = time.monotonic()
@@ -74,11 +70,7 @@ async def kubelet_restart(s: Session) -> str:
     deadline = started + s.timeouts.repair
     while True:
         items = await s.cluster.node_slices()
-        now = {
-            (str(slice_rules.pool(i).get("name")), str(d.get("name")))
-            for i in items
-            for d in slice_rules.devices(i)
-        }
+        now = slice_rules.device_keys(items)
         if now >= before and not slice_rules.pool_problems(items):
             break
         if time.monotonic() > deadline:
@@ -104,11 +96,7 @@ async def _restore(s: Session) -> str:
 
 async def health(s: Session) -> str:
     await checks_registration.wait_for_slices(s)
-    published = {
-        (str(slice_rules.pool(i).get("name")), str(d.get("name")))
-        for i in await s.cluster.node_slices()
-        for d in slice_rules.devices(i)
-    }
+    published = slice_rules.device_keys(await s.cluster.node_slices())
     stream = s.kubelet.client().watch_health()
     try:
         first = await asyncio.wait_for(anext(stream), FIRST_HEALTH)

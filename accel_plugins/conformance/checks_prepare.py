@@ -93,33 +93,29 @@ async def prepare_idempotent(s: Session) -> str:
     return "the same answer twice"
 
 
+async def released(s: Session, claim: Claim, which: str) -> None:
+    """NodeUnprepareResources of ``claim`` answers it without an error (Failed naming
+    ``which`` call it was, else)."""
+    try:
+        errors = await s.unprepare([claim])
+    except PluginCallError as exc:
+        raise Failed(f"{which} NodeUnprepareResources failed: {exc}") from exc
+    if errors.get(claim.uid):
+        raise Failed(f"{which} NodeUnprepareResources: {errors[claim.uid]}")
+    if claim.uid not in errors:
+        raise Failed(f"{which} NodeUnprepareResources left the claim out of its answer")
+
+
 async def unprepare_idempotent(s: Session) -> str:
     claim, _ = await s.claim_for(1)
     await s.prepare_one(claim)
-    for attempt in ("first", "second"):
-        try:
-            errors = await s.unprepare([claim])
-        except PluginCallError as exc:
-            raise Failed(f"the {attempt} NodeUnprepareResources failed: {exc}") from exc
-        if errors.get(claim.uid):
-            raise Failed(f"the {attempt} NodeUnprepareResources: {errors[claim.uid]}")
-        if claim.uid not in errors:
-            raise Failed(f"the {attempt} NodeUnprepareResources left the claim out of its answer")
+    for which in ("the first", "the second"):
+        await released(s, claim, which)
     return "released twice"
 
 
 async def unprepare_unknown(s: Session) -> str:
-    claim = Claim(
-        s.cluster.namespaces[0], f"never-prepared-{secrets.token_hex(3)}", secrets.token_hex(16)
-    )
-    try:
-        errors = await s.unprepare([claim])
-    except PluginCallError as exc:
-        raise Failed(f"NodeUnprepareResources of an unknown claim failed: {exc}") from exc
-    if errors.get(claim.uid):
-        raise Failed(f"NodeUnprepareResources of an unknown claim: {errors[claim.uid]}")
-    if claim.uid not in errors:
-        raise Failed("NodeUnprepareResources left the unknown claim out of its answer")
+    await released(s, ghost(s, "never-prepared"), "an unknown claim's")
     return "an unknown claim is released without an error"
 
 
@@ -141,11 +137,9 @@ async def other_drivers(s: Session) -> str:
     return f"only its own device of two drivers' ({describe(result)})"
 
 
-def ghost(s: Session) -> Claim:
+def ghost(s: Session, prefix: str = "no-such-claim") -> Claim:
     """A claim the API server does not have: no driver can prepare it."""
-    return Claim(
-        s.cluster.namespaces[0], f"no-such-claim-{secrets.token_hex(3)}", secrets.token_hex(16)
-    )
+    return Claim(s.cluster.namespaces[0], f"{prefix}-{secrets.token_hex(3)}", secrets.token_hex(16))
 
 
 async def prepare_error(s: Session) -> str:

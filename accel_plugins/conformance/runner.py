@@ -27,7 +27,7 @@ from accel_plugins.conformance.cluster import Cluster
 from accel_plugins.conformance.driver_process import DriverExitedError, DriverProcess
 from accel_plugins.conformance.kubelet_side import KubeletSide
 from accel_plugins.conformance.report import Outcome, Status
-from accel_plugins.conformance.session import Failed, Session, Skipped, Timeouts
+from accel_plugins.conformance.session import NO_COMMAND, Failed, Session, Skipped, Timeouts
 from accel_plugins.errors import AccelPluginsError
 from accel_plugins.kubelet_emulator.errors import PluginCallError
 
@@ -92,7 +92,7 @@ def _skip_reason(check: Check, done: dict[str, Outcome], session: Session) -> st
         if outcome is not None and outcome.status is not Status.PASSED:
             return f"needs {need}, which {outcome.status.value}"
     if check.needs_command and session.process is None:
-        return "the kit did not start the driver (give --driver-command): it cannot restart it"
+        return NO_COMMAND
     return ""
 
 

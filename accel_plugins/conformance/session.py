@@ -26,6 +26,7 @@ from accel_plugins.kubelet_emulator.dra import DraClaim, DraClaimResult
 from accel_plugins.kubelet_emulator.errors import PluginCallError
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+NO_COMMAND = "the kit did not start the driver (give --driver-command): it cannot restart it"
 
 
 class Failed(AccelPluginsError):  # noqa: N818 (an outcome, read as "check Failed")
@@ -176,9 +177,7 @@ class Session:
 
     def need_process(self) -> DriverProcess:
         if self.process is None:
-            raise Skipped(
-                "the kit did not start the driver (give --driver-command): it cannot restart it"
-            )
+            raise Skipped(NO_COMMAND)
         return self.process
 
     async def wait_registered(self) -> None:

@@ -154,5 +154,10 @@ def taint_problems(items: Iterable[Mapping[str, Any]]) -> list[str]:
     return out
 
 
+def device_keys(items: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """(pool, device) of every device in ``items``."""
+    return {(str(pool(i).get("name")), str(d.get("name"))) for i in items for d in devices(i)}
+
+
 def taints_of(items: Iterable[Mapping[str, Any]]) -> int:
     return sum(len(d.get("taints") or []) for item in items for d in devices(item))

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 class FakeTime:
     def __init__(self) -> None:
         self.now = 0.0
-        self.starts: list[float] = []
 
     def clock(self) -> float:
         return self.now
