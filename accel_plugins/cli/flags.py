@@ -33,6 +33,7 @@ KUBELET_APIS = ("device-plugin", "dra")
 # accel_plugins.dra.kube.taints.TaintMode (that package imports lightkube).
 DRA_DEVICE_TAINTS = ("auto", "on", "off")
 DRA_SHARED_DEVICES = ("auto", "on", "off")
+DRA_ROLLING_UPDATE = ("auto", "on", "off")
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
 DEFAULT_CDI_SPEC_DIR = Path("/var/run/cdi")
 REGISTRATION_MODES = ("kubelet", "plugin-watcher")
@@ -216,6 +217,24 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         help="--kubelet-api dra: publish Unhealthy devices with a NoSchedule device taint "
         "(on), leave them out of the ResourceSlices (off), or taint where the API server "
         "keeps device taints, i.e. its DRADeviceTaints feature gate is on (auto)",
+    )
+    add_flag(
+        parser,
+        "--pod-uid",
+        default="",
+        env=("POD_UID",),
+        help="--kubelet-api dra: this pod's UID (the downward API's metadata.uid; the chart "
+        "sets POD_UID), which names the sockets of one pod of a rolling update",
+    )
+    add_flag(
+        parser,
+        "--dra-rolling-update",
+        default="auto",
+        choices=DRA_ROLLING_UPDATE,
+        help="--kubelet-api dra: serve sockets named after --pod-uid, so the old and new pod "
+        "of a rollout serve side by side and the newest publishes the slices (on: needs "
+        "kubelets 1.33+), the fixed names, one pod at a time (off), or named after the pod "
+        "where --pod-uid is set and the node's kubelet is 1.33 or newer (auto)",
     )
     add_flag(
         parser,

@@ -13,6 +13,7 @@ import gc
 import importlib.util
 import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -115,6 +116,7 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
             config_files,
             device_taints=args.dra_device_taints,
             shared_devices=args.dra_shared_devices,
+            rolling_update=args.dra_rolling_update,
             cordons=Cordons(args.state_dir),
             handover=handover,
             switch=_switch_settings(args),
@@ -170,6 +172,9 @@ def _handover(name: str, args: argparse.Namespace, ctx: BackendContext) -> Hando
     return Handover(side, HandoverState(args.kubelet_api))
 
 
+# What a pod UID may hold, since it becomes part of socket file names.
+POD_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
+
 # A backend's resource domain where it has no --domain flag.
 RESOURCE_DOMAINS = {"nvidia": "nvidia.com"}
 
@@ -181,10 +186,15 @@ def _dra_settings(args: argparse.Namespace) -> DraSettings:
     """
     from accel_plugins.dra.driver import DraSettings
 
+    if args.pod_uid and not POD_UID.fullmatch(args.pod_uid):
+        raise ConfigError("--pod-uid", "", f"{args.pod_uid!r}: a pod UID has letters, digits, '-'")
+    if args.dra_rolling_update == "on" and not args.pod_uid:
+        raise ConfigError("--dra-rolling-update", "", "on needs --pod-uid (env POD_UID)")
     return DraSettings(
         driver_name=args.dra_driver_name,
         node_name=args.node_name,
         kubelet_plugins_dir=args.kubelet_plugins_dir,
         plugins_registry_dir=args.plugins_registry_dir,
         cdi_spec_dir=args.dra_cdi_spec_dir,
+        instance_uid=args.pod_uid if args.dra_rolling_update != "off" else "",
     )

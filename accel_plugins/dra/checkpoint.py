@@ -158,6 +158,19 @@ class Checkpoint:
         self.path = path
         self.driver = driver
         self.boot_id = boot_id
+        self._seen: tuple[int, int, int] | None = None  # the file as last read or written
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def changed(self) -> bool:
+        """Whether the file is not the one last read or written here (another instance of
+        the driver wrote it: the pods of a rolling update share it)."""
+        return self._signature() != self._seen
 
     def load(self) -> dict[str, PreparedClaim]:
         return self.read().claims
@@ -165,6 +178,7 @@ class Checkpoint:
     def read(self) -> Saved:
         """What the file holds; empty when it is missing or unreadable (logged)."""
         empty = Saved(None, {})
+        self._seen = self._signature()
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -190,6 +204,7 @@ class Checkpoint:
         """Replace the file atomically; OSError propagates (the caller fails the claims)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, dumps(self.driver, claims, self.boot_id), mode=0o600)
+        self._seen = self._signature()
 
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")

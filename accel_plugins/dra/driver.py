@@ -31,8 +31,10 @@ from accel_plugins.dra.capabilities import NONE as NO_CAPABILITIES
 from accel_plugins.dra.capabilities import DraCapabilities
 from accel_plugins.dra.checkpoint import BOOT_ID_PATH, Checkpoint, read_boot_id
 from accel_plugins.dra.health import HealthFeed
+from accel_plugins.dra.instances import Instance, dra_socket_name
 from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
+from accel_plugins.dra.publish_turn import PublishTurn
 from accel_plugins.dra.registration_socket import DraRegistrationServicer, registration_socket_name
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import ConfigError, InvalidSnapshotError
@@ -48,14 +50,19 @@ from accel_plugins.runtime.health_changes import HealthWatch, all_unhealthy
 from accel_plugins.runtime.plugin_watcher import RegistrationServer
 from accel_plugins.runtime.server import ServeError
 from accel_plugins.runtime.supervisor import RuntimeSettings, Supervisor
+from accel_plugins.util.flock import FileLock
 from accel_plugins.util.k8snames import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_RE
 from accel_plugins.util.watch import DirEvent, DirWatcher, watch_directories
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
-SOCKET_NAME = "dra.sock"
+SOCKET_NAME = dra_socket_name()
 CHECKPOINT_NAME = "checkpoint.json"
+SERIALIZE_LOCK = "serialize.lock"  # the kubeletplugin library's name for the same lock
+# How long a stopping driver lets the kubelet's calls in flight finish (a pod's default
+# termination grace is 30 s).
+DRAIN_TIMEOUT = 10.0
 DIR_MODE = 0o750
 
 
@@ -92,6 +99,9 @@ class DraSettings(RuntimeSettings):
     cdi_spec_dir: Path = DEFAULT_SPEC_DIR
     boot_id_path: Path = BOOT_ID_PATH  # tells a reboot apart from a plugin restart
     health_refresh: float = 10.0
+    # The pod's UID when the old and new pod of a rolling update serve side by side
+    # (sockets named after it, instances.py); "" for the fixed socket names.
+    instance_uid: str = ""
 
     def __post_init__(self) -> None:
         problem = driver_name_problem(self.driver_name)
@@ -106,7 +116,7 @@ class DraSettings(RuntimeSettings):
 
     @property
     def socket_path(self) -> Path:
-        return self.plugin_dir / SOCKET_NAME
+        return self.plugin_dir / dra_socket_name(self.instance_uid)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -114,7 +124,9 @@ class DraSettings(RuntimeSettings):
 
     @property
     def registration_socket(self) -> Path:
-        return self.plugins_registry_dir / registration_socket_name(self.driver_name)
+        return self.plugins_registry_dir / registration_socket_name(
+            self.driver_name, self.instance_uid
+        )
 
 
 class DraDriver:
@@ -146,6 +158,15 @@ class DraDriver:
         self.before_unserve: Callable[[], Awaitable[None]] | None = None
         self._check = asyncio.Event()
         self._slices_due = asyncio.Event()
+        self._has_tree = False  # the backend has published a tree (an empty one counts)
+        self.instance = Instance(
+            settings.plugin_dir,
+            settings.plugins_registry_dir,
+            settings.driver_name,
+            settings.instance_uid,
+        )
+        self.turn = PublishTurn(self.instance)
+        self.standby: str | None = None  # why it waits to serve (another instance serves)
         self.feed = HealthFeed(settings.node_name, refresh=settings.health_refresh)
         self.health = HealthWatch()
         """Every served tree's health changes, for sinks such as Node Events."""
@@ -159,6 +180,9 @@ class DraDriver:
             ),
             inventory=lambda: self._inventory,
             taint=self._taint_of,
+            shared=FileLock(settings.plugin_dir / SERIALIZE_LOCK)
+            if settings.instance_uid
+            else None,
         )
         self._server: DraServer | None = None
         self._registration: RegistrationServer | None = None
@@ -189,6 +213,38 @@ class DraDriver:
         settings = self.settings
         for directory in (settings.plugin_dir, settings.plugins_registry_dir):
             directory.mkdir(DIR_MODE, parents=True, exist_ok=True)
+        try:
+            if await self._admitted():
+                self.instance.sweep()
+                await self._serve()
+        finally:
+            self.turn.close()
+            self.instance.stop()
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _admitted(self) -> bool:
+        """Hold this instance's lock; False when stopped while another instance held it."""
+        if self.instance.try_start():
+            return True
+        self.standby = (
+            f"standing by while another instance of {self.settings.driver_name} serves "
+            f"{self.settings.socket_path} (no pod UID: one instance at a time)"
+        )
+        log.info("DRA driver: %s", self.standby)
+        start = asyncio.ensure_future(self.instance.start())
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({start, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not start.done():
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+            return False
+        self.standby = None
+        return not self._stop.is_set()
+
+    async def _serve(self) -> None:
         watcher = self._watch()
         cordon_watch = self._cordons.try_watch() if self._cordons is not None else None
         tasks = [asyncio.create_task(self._supervisor.run(), name="backend supervisor")]
@@ -227,6 +283,8 @@ class DraDriver:
                 if self._slices is not None:
                     await self._slices.close()  # no repair of what the hook deletes
                 await self.before_unserve()
+            if not await self.preparer.drained(DRAIN_TIMEOUT):
+                log.warning("stopping with Prepare or Unprepare calls still running")
             await self._stop_registration()
             self.feed.close()  # health streams end now, not after the server's grace
             if self._server is not None:
@@ -234,8 +292,6 @@ class DraDriver:
                 self._server = None
             if self._slices is not None:
                 await self._slices.close()
-        if self._fatal is not None:
-            raise self._fatal
 
     def stop(self) -> None:
         """Ask run() to return (it removes our sockets; claims and specs stay)."""
@@ -251,6 +307,8 @@ class DraDriver:
 
     def problems(self) -> list[str]:
         """What keeps the driver from working now (for /healthz and logs)."""
+        if self.standby is not None:
+            return []  # alive, and ready: a rollout waits on it
         found = []
         if self._server is None or not self._server.socket_alive():
             found.append(f"{self.settings.socket_path} is not served")
@@ -315,9 +373,33 @@ class DraDriver:
         self._inventory = dataclasses.replace(self._inventory, devices=named)
         self.feed.update(named)
         self.health.observe(tree)
+        self._has_tree = True
         self._slices_due.set()
 
     async def _publish_slices(self) -> None:
+        """Publish while this instance has the turn (publish_turn.py): the newest does."""
+        assert self._slices is not None
+        while True:
+            await self.turn.take()
+            log.info("DRA driver %s: publishing the node's slices", self.settings.driver_name)
+            if self._has_tree:  # else the backend's first tree sets it
+                self._slices_due.set()
+            publishing = asyncio.create_task(self._publish_trees(), name="slice trees")
+            try:
+                await self.turn.lost()
+            finally:
+                publishing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await publishing
+            await self._slices.close()  # no more writes or repairs; the slices stay
+            self.turn.give_up()
+            log.info(
+                "DRA driver %s: a newer instance publishes the slices now",
+                self.settings.driver_name,
+            )
+            await self.turn.orphaned()
+
+    async def _publish_trees(self) -> None:
         """Hand the latest tree to the API side; trees that arrive meanwhile coalesce."""
         assert self._slices is not None
         while True:
@@ -412,7 +494,7 @@ class DraDriver:
 
     def _watch(self) -> DirWatcher | None:
         ours = {
-            (self.settings.plugin_dir, SOCKET_NAME),
+            (self.settings.plugin_dir, self.settings.socket_path.name),
             (self.settings.plugins_registry_dir, self.settings.registration_socket.name),
         }
 

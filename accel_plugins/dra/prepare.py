@@ -17,8 +17,9 @@ claim spec is written again at start.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -44,6 +45,7 @@ from accel_plugins.plugin.dra_config import (
 )
 from accel_plugins.plugin.dra_taints import TaintId
 from accel_plugins.runtime.hooks import HookFailedError, HookRunner
+from accel_plugins.util.flock import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,11 @@ class Preparer:
 
     ``inventory`` is read at each call, so the driver swaps it on every tree
     and backend restart. Calls are serialized: the kubelet rarely overlaps
-    them, and one lock keeps the checkpoint equal to what is on disk.
+    them, and one lock keeps the checkpoint equal to what is on disk. With
+    ``shared`` (a file lock) they are serialized across the driver's instances
+    too, each call starting from the checkpoint as the last one left it: during a
+    rolling update the kubelet may prepare a claim through one pod and unprepare
+    it through the other.
     """
 
     def __init__(
@@ -83,8 +89,13 @@ class Preparer:
         checkpoint: Checkpoint,
         inventory: Callable[[], Inventory],
         taint: Callable[[str, Device], TaintId] | None = None,
+        shared: FileLock | None = None,
     ) -> None:
         self.driver = driver
+        self._shared = shared
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._taint = taint  # an Unhealthy device's taint in the slices, when they carry one
         self.pool = pool
         self._claims = claims
@@ -103,6 +114,42 @@ class Preparer:
     def prepared(self) -> Mapping[str, PreparedClaim]:
         return MappingProxyType(self._prepared)
 
+    async def drained(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the calls in flight to finish (False: some did not).
+
+        A stopping driver waits for them before it deregisters: the kubelet drops its
+        connection to a deregistered socket, failing whatever it was still waiting for.
+        """
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        """One call at a time here, and with ``shared`` across the driver's instances."""
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            async with self._serialized_call():
+                yield
+        finally:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def _serialized_call(self) -> AsyncIterator[None]:
+        async with self._lock:
+            if self._shared is None:
+                yield
+                return
+            async with self._shared.locked():
+                if self._checkpoint.changed():
+                    self._prepared = self._checkpoint.read().claims
+                yield
+
     async def restore(self) -> None:
         """At start: write again every recorded claim spec that is missing or changed.
 
@@ -115,7 +162,7 @@ class Preparer:
         answer. A checkpoint without a boot ID (older) is taken as this boot's,
         as NVIDIA does; the specs are checked all the same.
         """
-        async with self._lock:
+        async with self._serialized():
             current = self._checkpoint.boot_id
             previous = self._saved_boot
             if self._prepared and None not in (current, previous) and current != previous:
@@ -147,7 +194,7 @@ class Preparer:
         return written
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
-        async with self._lock:
+        async with self._serialized():
             results: dict[str, PrepareResult] = {}
             todo: dict[str, ClaimRef] = {}
             for ref in refs:
@@ -209,7 +256,7 @@ class Preparer:
 
     async def unprepare(self, refs: Sequence[ClaimRef]) -> dict[str, str]:
         """Claim UID -> error ("" when done). Unknown claims are done already."""
-        async with self._lock:
+        async with self._serialized():
             results: dict[str, str] = {}
             remaining = dict(self._prepared)
             for ref in refs:

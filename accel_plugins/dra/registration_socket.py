@@ -16,9 +16,10 @@ from accel_plugins.runtime.plugin_watcher import RegistrationServicer, StatusCal
 PLUGIN_TYPE = "DRAPlugin"
 
 
-def registration_socket_name(driver: str) -> str:
-    """``<driver>-reg.sock``, the name Kubernetes' own DRA helper library gives it."""
-    return f"{driver}-reg.sock"
+def registration_socket_name(driver: str, uid: str = "") -> str:
+    """``<driver>-reg.sock``, or ``<driver>-<uid>-reg.sock`` for one pod of a rolling
+    update: the names Kubernetes' own DRA helper library gives it."""
+    return f"{driver}-{uid}-reg.sock" if uid else f"{driver}-reg.sock"
 
 
 class DraRegistrationServicer(RegistrationServicer):

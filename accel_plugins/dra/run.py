@@ -69,6 +69,7 @@ class DraMode:
     config_files: Sequence[Path] = ()
     device_taints: str = "auto"
     shared_devices: str = "auto"
+    rolling_update: str = "auto"
     cordons: Cordons | None = None
     handover: Handover | None = None
     switch: SwitchSettings | None = None
@@ -82,6 +83,7 @@ class DraMode:
             self.config_files,
             device_taints=self.device_taints,
             shared_devices=self.shared_devices,
+            rolling_update=self.rolling_update,
             cordons=self.cordons,
             handover=self.handover,
             switch=self.switch,
@@ -97,6 +99,7 @@ async def serve_dra(
     *,
     device_taints: str = "auto",
     shared_devices: str = "auto",
+    rolling_update: str = "auto",
     cordons: Cordons | None = None,
     handover: Handover | None = None,
     switch: SwitchSettings | None = None,
@@ -109,13 +112,16 @@ async def serve_dra(
     /healthz is 503 while the driver's socket or registration is missing; while it
     waits for the handover, /healthz is 200 and /readyz 503, saying what it waits for.
     ``device_taints`` is ``--dra-device-taints`` (auto, on, off), ``shared_devices``
-    ``--dra-shared-devices`` (the same). With ``handover`` the driver waits before
-    serving until the device-plugin mode holds and advertises none of our devices; with
-    ``switch``, a stop on a node relabelled away from DRA deletes the node's slices of
-    this driver (an upgrade keeps them: the next driver adopts them).
+    ``--dra-shared-devices`` (the same), ``rolling_update`` ``--dra-rolling-update``
+    (auto keeps the pod UID in ``settings`` only for kubelets 1.33+). With ``handover``
+    the driver waits before serving until the device-plugin mode holds and advertises
+    none of our devices; with ``switch``, a stop on a node relabelled away from DRA
+    deletes the node's slices of this driver (an upgrade keeps them: the next driver
+    adopts them).
     """
     kube = api_side()
     client = kube.make_client(kube.client.load_config(kubeconfig))
+    settings = await kube.rolling_settings(client, settings, rolling_update)
     registry = CollectorRegistry(auto_describe=False)
     driver: DraDriver | None = None
 
@@ -168,7 +174,10 @@ async def serve_dra(
         registry,
         problems,
         readiness=unready,
-        notes=lambda: [w.state.waiting_line() for w in waiting_for],
+        notes=lambda: (
+            [w.state.waiting_line() for w in waiting_for]
+            + ([running.standby] if running.standby is not None else [])
+        ),
     )
     if metrics_address is not None:
         try:

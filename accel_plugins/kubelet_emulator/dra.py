@@ -191,10 +191,16 @@ class DraClient:
 
 
 class DraDrivers:
-    """The DRA drivers registered now: the plugin watcher's handler for ``DRAPlugin``."""
+    """The DRA drivers registered now: the plugin watcher's handler for ``DRAPlugin``.
+
+    As the kubelet since 1.33, a driver may be registered through several sockets at
+    once (the old and new pod of a rolling update): calls go to the newest registration,
+    and when it goes the one before it serves again; the driver is gone only with its
+    last registration.
+    """
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
-        self._clients: dict[str, DraClient] = {}
+        self._clients: dict[str, list[DraClient]] = {}
         self._on_change = on_change or (lambda: None)
 
     @property
@@ -202,8 +208,12 @@ class DraDrivers:
         return sorted(self._clients)
 
     def client(self, driver: str) -> DraClient:
-        """The driver's client; KeyError when no such driver is registered."""
-        return self._clients[driver]
+        """The driver's newest registration; KeyError when no such driver is registered."""
+        return self._clients[driver][-1]
+
+    def registrations(self, driver: str) -> list[DraClient]:
+        """Every live registration of ``driver``, oldest first."""
+        return list(self._clients.get(driver, ()))
 
     async def register(
         self, name: str, endpoint: str, versions: list[str], socket: Path
@@ -213,21 +223,27 @@ class DraDrivers:
         if problem is not None:
             raise RegistrationRefusedError(grpc.StatusCode.INVALID_ARGUMENT, problem)
         client = DraClient(name, Path(endpoint), service)
-        old = self._clients.get(name)
-        self._clients[name] = client  # the newest registration wins, as in the kubelet
-        if old is not None:
+        clients = self._clients.setdefault(name, [])
+        # The same endpoint again (a restarted plugin) replaces its old registration.
+        replaced = [c for c in clients if c.endpoint == client.endpoint]
+        clients[:] = [c for c in clients if c.endpoint != client.endpoint] + [client]
+        for old in replaced:
             await old.close()
         log.info("DRA driver %s registered (%s at %s)", name, service, endpoint)
         self._on_change()
         return client
 
     async def deregister(self, client: DraClient, socket: Path) -> None:
-        if self._clients.get(client.driver) is client:
-            del self._clients[client.driver]
+        clients = self._clients.get(client.driver, [])
+        if client in clients:
+            clients.remove(client)
+            if not clients:
+                del self._clients[client.driver]
             self._on_change()
         await client.close()
 
     async def close(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        clients = [c for cs in self._clients.values() for c in cs]
+        self._clients = {}
         for client in clients:
             await client.close()

@@ -4,7 +4,8 @@ Device-plugin mode (read by a DRA driver starting): the kubelet's PodResources L
 for devices of our resources, and our resource sockets in the plugin directory that
 still accept connections (a socket file left by a killed plugin does not count).
 DRA mode (read by a device plugin starting): the driver's checkpoint of prepared
-claims under ``<kubelet-plugins-dir>/<driver>/`` and its ``dra.sock`` if live.
+claims under ``<kubelet-plugins-dir>/<driver>/`` and its live sockets (``dra.sock``, or
+``dra-<pod UID>.sock`` for each pod of a rolling update).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from accel_plugins.switch.model import Blockers, HeldDevice
 log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 10.0
-DRA_SOCKET = "dra.sock"  # accel_plugins.dra.driver.SOCKET_NAME (not imported: no DRA deps here)
+# accel_plugins.dra.instances.dra_socket_name's names (not imported: no DRA deps here)
+DRA_SOCKETS = ("dra.sock", "dra-*.sock")
 CHECKPOINT = "checkpoint.json"  # accel_plugins.dra.driver.CHECKPOINT_NAME
 
 
@@ -89,8 +91,8 @@ class DraSide:
         self.driver = driver
 
     async def read(self) -> Blockers:
-        socket_path = self.dir / DRA_SOCKET
-        advertised = (f"{self.driver} {socket_path}",) if live(socket_path) else ()
+        sockets = sorted({p for pattern in DRA_SOCKETS for p in self.dir.glob(pattern)})
+        advertised = tuple(f"{self.driver} {path}" for path in sockets if live(path))
         return Blockers(held=self._held(), advertised=advertised)
 
     def _held(self) -> tuple[HeldDevice, ...]:

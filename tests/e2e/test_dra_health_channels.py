@@ -31,6 +31,7 @@ from tests.e2e.test_kubelet_admit_cli import fake_node
 from tests.fixtures.dra_kube import V1_34_TAINTS, ServerOf
 from tests.support.cli import free_port, http_get
 from tests.support.metrics import parse, series
+from tests.support.polling import until
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "generic.accel-plugins.io"
@@ -62,20 +63,6 @@ async def node_slices(kube: AsyncClient, node: str) -> list[ResourceSlice]:
             ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER}
         )
     ]
-
-
-async def until(check: Any, what: str) -> Any:
-    """Poll ``check`` (an async callable) until it returns something truthy.
-
-    Polled, not awaited: the three channels live in three places (the API
-    server's slices and Events, the plugin's HTTP endpoint), and the bound is
-    for all of them together.
-    """
-    async with asyncio.timeout(DEADLINE):
-        while not (found := await check()):  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-    assert found, what
-    return found
 
 
 async def node_event(kube: AsyncClient, node: str, reason: str) -> str:
@@ -144,8 +131,8 @@ async def test_a_vanished_device_is_tainted_reported_and_counted_within_2s_and_c
                 ]
                 return len(devices) == 4 and not tainted(await node_slices(kube, kube_node))
 
-            await until(published, "four untainted devices")
-            await until(lambda: http_get(port, "/healthz"), "metrics served")
+            await until(published, "four untainted devices", DEADLINE)
+            await until(lambda: http_get(port, "/healthz"), "metrics served", DEADLINE)
 
             node = host_dev / "accel1"
             saved = node.stat()
@@ -158,7 +145,7 @@ async def test_a_vanished_device_is_tainted_reported_and_counted_within_2s_and_c
                 metric = await reasons(port)
                 return (taints, event, metric) if taints and event and metric else None
 
-            taints, event, metric = await until(sick, "taint, Event and metric")
+            taints, event, metric = await until(sick, "taint, Event and metric", DEADLINE)
             took = time.monotonic() - start
             ((name, [(key, value, effect)]),) = taints.items()
             assert (key, effect) == (f"{DRIVER}/unhealthy", "NoSchedule")
@@ -181,7 +168,7 @@ async def test_a_vanished_device_is_tainted_reported_and_counted_within_2s_and_c
                     and not await reasons(port)
                 )
 
-            await until(well, "taint, metric gone and a DeviceHealthy Event")
+            await until(well, "taint, metric gone and a DeviceHealthy Event", DEADLINE)
             assert name in {
                 d.name for s in await node_slices(kube, kube_node) for d in s.spec.devices or []
             }

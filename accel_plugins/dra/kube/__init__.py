@@ -13,6 +13,7 @@ from accel_plugins.dra.kube.api import ApiVersions
 from accel_plugins.dra.kube.claims import KubeClaimSource
 from accel_plugins.dra.kube.client import KUBECONFIG_ENV, make_client
 from accel_plugins.dra.kube.publisher import KubeSlicePublisher
+from accel_plugins.dra.kube.rolling import rolling_settings
 from accel_plugins.dra.kube.withdraw import withdraw_on_switch
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "KubeClaimSource",
     "KubeSlicePublisher",
     "make_client",
+    "rolling_settings",
     "withdraw_on_switch",
 ]

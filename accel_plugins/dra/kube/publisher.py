@@ -171,12 +171,15 @@ class KubeSlicePublisher:
         await self._retry.wait()
 
     async def close(self) -> None:
-        """Stop retrying and watching; the slices stay (see the module docstring)."""
+        """Stop retrying and watching; the slices stay (see the module docstring). A
+        publish after it starts again from what the API server holds (another instance
+        of the driver may have written the slices meanwhile)."""
         await self._retry.stop()
         if self._watch is not None:
             self._watch.cancel()
             await asyncio.gather(self._watch, return_exceptions=True)
         self._watch = None
+        self._identity = None
 
     # -- writing ------------------------------------------------------------------
 
