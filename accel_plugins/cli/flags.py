@@ -189,6 +189,16 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
     )
     add_flag(
         parser,
+        "--kube-api-retry-jitter",
+        type=float,
+        default=1.0,
+        metavar="FACTOR",
+        help="each API retry waits its backoff stretched by up to this factor of itself, at "
+        "random (client-go's 1.0), so a fleet's nodes come back spread after an API server "
+        "restart; 0 retries in step (only to measure what jitter saves: hack/bench-fleet)",
+    )
+    add_flag(
+        parser,
         "--dra-driver-name",
         default=driver_name,
         help="--kubelet-api dra: the driver name (a DNS subdomain)",

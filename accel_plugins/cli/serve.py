@@ -73,11 +73,16 @@ def run_backend(name: str, command: BackendCommand, args: argparse.Namespace) ->
     dra = _dra_settings(args) if args.kubelet_api == "dra" else None
     from accel_plugins.kube.rate_limit import RateLimit, set_process_limit
     from accel_plugins.metrics.address import parse_address
+    from accel_plugins.runtime.backoff import set_process_jitter
 
     try:
         set_process_limit(RateLimit(args.kube_api_qps, args.kube_api_burst))
     except ValueError as exc:
         raise ConfigError("--kube-api-qps/--kube-api-burst", "", str(exc)) from exc
+    try:
+        set_process_jitter(args.kube_api_retry_jitter)
+    except ValueError as exc:
+        raise ConfigError("--kube-api-retry-jitter", "", str(exc)) from exc
     from accel_plugins.runtime.cordon import Cordons
     from accel_plugins.runtime.podresources import PodResourcesCache
 

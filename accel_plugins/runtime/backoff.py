@@ -10,8 +10,24 @@ from dataclasses import dataclass
 JITTER = 1.0
 
 
-def jittered(delay: float, factor: float = JITTER, rng: Callable[[], float] | None = None) -> float:
-    """``delay`` stretched by up to ``factor`` of itself, at random."""
+_process_jitter = JITTER
+
+
+def set_process_jitter(factor: float) -> None:
+    """The factor of every API retry in this process (``--kube-api-retry-jitter``): 0 puts
+    a fleet's retries in step, which only a benchmark of what jitter saves wants."""
+    global _process_jitter
+    if factor < 0:
+        raise ValueError(f"a jitter factor is 0 or more, not {factor:g}")
+    _process_jitter = factor
+
+
+def jittered(
+    delay: float, factor: float | None = None, rng: Callable[[], float] | None = None
+) -> float:
+    """``delay`` stretched by up to ``factor`` of itself (default: the process's), at random."""
+    if factor is None:
+        factor = _process_jitter
     if rng is None:
         import random  # after a failure only: off the start path
 

@@ -110,6 +110,21 @@ def test_device_taints_flag(
             "--dra-driver-name: 'Not_A_Domain': must be a DNS subdomain",
             id="bad-driver-name",
         ),
+        pytest.param(
+            ["--node-name", "n1", "--pod-uid", "../x"],
+            "--pod-uid: '../x': a pod UID has letters, digits, '-'",
+            id="pod-uid-not-a-file-name",
+        ),
+        pytest.param(
+            ["--node-name", "n1", "--dra-rolling-update", "on"],
+            "--dra-rolling-update: on needs --pod-uid (env POD_UID)",
+            id="rolling-update-without-a-pod-uid",
+        ),
+        pytest.param(
+            ["--node-name", "n1", "--kube-api-retry-jitter", "-1"],
+            "--kube-api-retry-jitter: a jitter factor is 0 or more, not -1",
+            id="negative-jitter",
+        ),
     ],
 )
 def test_dra_mode_refuses_bad_settings_with_exit_2(
@@ -118,8 +133,8 @@ def test_dra_mode_refuses_bad_settings_with_exit_2(
     argv: list[str],
     message: str,
 ) -> None:
-    monkeypatch.delenv("NODE_NAME", raising=False)
-    monkeypatch.delenv("ACCEL_PLUGINS_NODE_NAME", raising=False)
+    for var in ("NODE_NAME", "ACCEL_PLUGINS_NODE_NAME", "POD_UID", "ACCEL_PLUGINS_POD_UID"):
+        monkeypatch.delenv(var, raising=False)
     code = cli.main(["generic", "--kubelet-api", "dra", "--config", "/nonexistent.yaml", *argv])
     assert code == 2
     assert message in capsys.readouterr().err
