@@ -40,7 +40,8 @@ POLICY = {
 class Burst:
     peak_per_second: float
     first_minute_requests: float
-    seconds_to_all_watching: float
+    seconds_to_all_watching: float  # NaN: not all within the timeout
+    nodes_watching: int  # when the measurement ended
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -80,7 +81,7 @@ def _when(stamp: str) -> float:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def measure(audit: Path, stopped: float, nodes: int, timeout: float = 120.0) -> Burst:
+def measure(audit: Path, stopped: float, nodes: int, timeout: float = 300.0) -> Burst:
     """Read the audit log until every node watches its slices again and a minute has
     passed since the kill (or ``timeout``)."""
     deadline = time.monotonic() + timeout
@@ -109,4 +110,5 @@ def measure(audit: Path, stopped: float, nodes: int, timeout: float = 120.0) -> 
         peak_per_second=float(peak),
         first_minute_requests=float(sum(1 for at in arrivals if at <= WINDOW)),
         seconds_to_all_watching=max(watching.values()) if len(watching) >= nodes else float("nan"),
+        nodes_watching=len(watching),
     )

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from accel_plugins.dra.registration_socket import registration_socket_name
 from accel_plugins.util.flock import FileLock, held_elsewhere
+from accel_plugins.util.unix_socket import accepts_connections
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +49,6 @@ def uid_of_lock(name: str) -> str | None:
     if name.startswith(prefix) and name.endswith(LOCK_SUFFIX):
         return name[len(prefix) : -len(LOCK_SUFFIX)] or None
     return None
-
-
-def accepts(path: Path) -> bool:
-    """Whether a unix socket at ``path`` accepts connections (a dead one's file does not)."""
-    import socket
-
-    if not path.is_socket():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 class Instance:
@@ -118,7 +104,7 @@ class Instance:
                 self.registry_dir / registration_socket_name(self.driver, uid),
             )
             for path in sockets:
-                if path.exists() and not accepts(path):
+                if path.exists() and not accepts_connections(path):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                         removed.append(path)

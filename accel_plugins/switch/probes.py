@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import grpc
 from accel_plugins.api import podresources_v1_pb2 as pr
 from accel_plugins.api import podresources_v1_pb2_grpc as pr_grpc
 from accel_plugins.switch.model import Blockers, HeldDevice
+from accel_plugins.util.unix_socket import accepts_connections
 
 log = logging.getLogger(__name__)
 
@@ -29,19 +29,6 @@ CALL_TIMEOUT = 10.0
 # accel_plugins.dra.instances.dra_socket_name's names (not imported: no DRA deps here)
 DRA_SOCKETS = ("dra.sock", "dra-*.sock")
 CHECKPOINT = "checkpoint.json"  # accel_plugins.dra.driver.CHECKPOINT_NAME
-
-
-def live(path: Path) -> bool:
-    """Whether a unix socket at ``path`` accepts a connection."""
-    if not path.is_socket():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 def ours(resource: str, domains: Sequence[str]) -> bool:
@@ -62,7 +49,7 @@ class DevicePluginSide:
                 path.name
                 for domain in self.domains
                 for path in self.plugin_dir.glob(f"{domain}_*.sock")
-                if live(path)
+                if accepts_connections(path)
             )
         )
         return Blockers(held=await self._held(), advertised=sockets)
@@ -92,7 +79,7 @@ class DraSide:
 
     async def read(self) -> Blockers:
         sockets = sorted({p for pattern in DRA_SOCKETS for p in self.dir.glob(pattern)})
-        advertised = tuple(f"{self.driver} {path}" for path in sockets if live(path))
+        advertised = tuple(f"{self.driver} {path}" for path in sockets if accepts_connections(path))
         return Blockers(held=self._held(), advertised=advertised)
 
     def _held(self) -> tuple[HeldDevice, ...]:

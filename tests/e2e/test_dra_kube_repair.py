@@ -274,6 +274,10 @@ def _gone() -> Exception:
             [1.0, 2.0, 4.0],
             id="disconnects-back-off",
         ),
+        # Neither an API nor a transport error (bench-fleet at N=200 once left 41 nodes
+        # without a watch after an API server restart; the cause went unseen): the loop
+        # that repairs the slices must outlive whatever a watch raises.
+        pytest.param([lambda: OSError(24, "Too many open files")], [1.0], id="anything-else"),
     ],
 )
 async def test_a_failed_watch_is_restarted_from_a_fresh_list_and_still_repairs(

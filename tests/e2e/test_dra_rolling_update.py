@@ -22,17 +22,12 @@ import pytest
 
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
-from lightkube import KubeConfig
 
-from accel_plugins.conformance.cluster import Allocated, Cluster
-from accel_plugins.conformance.envtest import EnvtestUnavailable, api_server
+from accel_plugins.conformance.cluster import Allocated
 from accel_plugins.conformance.kubelet_side import KubeletSide
-from accel_plugins.kube.client import make_client
 from accel_plugins.kubelet_emulator.dra import DraClaim
-from accel_plugins.testing import short_tempdir
-from tests.conformance.test_our_drivers import dra_argv
 from tests.e2e.test_kubelet_admit_claims import stop
-from tests.e2e.test_kubelet_admit_cli import fake_node
+from tests.support.dra_envtest import generic_driver_env
 from tests.support.polling import until
 
 DRIVER = "generic.accel-plugins.io"
@@ -101,77 +96,54 @@ def asked_by(plugin_dir: Path, uid: str) -> Callable[[], Awaitable[bool]]:
 async def test_a_new_pod_takes_over_with_no_failed_prepare_and_no_slice_rewritten(
     tmp_path: Path,
 ) -> None:
-    try:
-        server_cm = api_server(scheduler=False)
-        server = server_cm.__enter__()
-    except EnvtestUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(json.dumps(server.kubeconfig()))
-        client = make_client(KubeConfig.from_dict(server.kubeconfig()))
-        cluster = Cluster(client, DRIVER, NODE)
-        await cluster.discover()
-        await cluster.ensure_node()
-        await cluster.prepare_objects()
-        with short_tempdir("roll-") as root:
-            plugin_dir = root / "plugins" / DRIVER
-            argv = [
-                a.replace("{node}", NODE)
-                .replace("{kubeconfig}", str(kubeconfig))
-                .replace("{registry}", str(root / "registry"))
-                .replace("{cdi_dir}", str(root / "cdi"))
-                for a in dra_argv(fake_node(tmp_path), root / "plugins")
-            ]
-            kubelet = KubeletSide(root / "registry", DRIVER)
-            await kubelet.start()
-            old = await asyncio.create_subprocess_exec(
-                *argv, "--pod-uid", OLD, "--dra-rolling-update", "on"
+    async with generic_driver_env(tmp_path, NODE, "roll-") as env:
+        cluster, argv, root = env.cluster, env.argv, env.root
+        plugin_dir = root / "plugins" / DRIVER
+        kubelet = KubeletSide(root / "registry", DRIVER)
+        await kubelet.start()
+        old = await asyncio.create_subprocess_exec(
+            *argv, "--pod-uid", OLD, "--dra-rolling-update", "on"
+        )
+        new: asyncio.subprocess.Process | None = None
+        try:
+            await kubelet.wait_registered(0, 30)
+            assert kubelet.client().endpoint == plugin_dir / f"dra-{OLD}.sock"
+            before = await until(cluster.node_slices, "the old pod's slices")
+            claims = []
+            for device in [d for s in before for d in s["spec"]["devices"]][:2]:
+                claim = await cluster.create_claim([cluster.exactly("r0")])
+                await cluster.allocate(claim, [Allocated("r0", DRIVER, NODE, device["name"])])
+                claims.append(DraClaim(claim.namespace, claim.name, claim.uid))
+            traffic = Traffic(kubelet, claims)
+            running = traffic.task = asyncio.create_task(traffic.run())
+            new = await asyncio.create_subprocess_exec(
+                *argv, "--pod-uid", NEW, "--dra-rolling-update", "on"
             )
-            new: asyncio.subprocess.Process | None = None
-            try:
-                await kubelet.wait_registered(0, 30)
-                assert kubelet.client().endpoint == plugin_dir / f"dra-{OLD}.sock"
-                before = await until(cluster.node_slices, "the old pod's slices")
-                claims = []
-                for device in [d for s in before for d in s["spec"]["devices"]][:2]:
-                    claim = await cluster.create_claim([cluster.exactly("r0")])
-                    await cluster.allocate(claim, [Allocated("r0", DRIVER, NODE, device["name"])])
-                    claims.append(DraClaim(claim.namespace, claim.name, claim.uid))
-                traffic = Traffic(kubelet, claims)
-                running = traffic.task = asyncio.create_task(traffic.run())
-                new = await asyncio.create_subprocess_exec(
-                    *argv, "--pod-uid", NEW, "--dra-rolling-update", "on"
-                )
-                await kubelet.wait_registered(1, 30)
-                assert kubelet.client().endpoint == plugin_dir / f"dra-{NEW}.sock"
-                await until(asked_by(plugin_dir, NEW), "the new pod asking for the turn")
-                # The DaemonSet removes the old pod once the new one is available (ready,
-                # so registered and answering): here, once a call went through the new one.
-                await until(traffic.went_through(f"dra-{NEW}.sock"), "a call to the new pod")
-                old.send_signal(signal.SIGTERM)
-                assert await asyncio.wait_for(old.wait(), 20) == 0
-                assert not (plugin_dir / f"dra-{OLD}.sock").exists()
-                assert not (root / "registry" / f"{DRIVER}-{OLD}-reg.sock").exists()
-                await until(traffic.rounds_past(traffic.rounds + 5), "five more rounds")
-                traffic.stop()
-                await running
-                after = await cluster.node_slices()
-                # Each round ended unprepared, through either pod: nothing left on the node.
-                saved = json.loads((plugin_dir / "checkpoint.json").read_text())
-                left = sorted(p.name for p in (root / "cdi").glob("*claim*"))
-                # The new pod publishes now: a slice deleted behind its back comes back.
-                await cluster.wipe_node_slices()
-                await until(cluster.node_slices, "the slices written again by the new pod")
-            finally:
-                for proc in (old, new):
-                    if proc is not None:
-                        await stop(proc)
-                await kubelet.stop()
-        await cluster.cleanup()
-        await client.close()
-    finally:
-        server_cm.__exit__(None, None, None)
+            await kubelet.wait_registered(1, 30)
+            assert kubelet.client().endpoint == plugin_dir / f"dra-{NEW}.sock"
+            await until(asked_by(plugin_dir, NEW), "the new pod asking for the turn")
+            # The DaemonSet removes the old pod once the new one is available (ready,
+            # so registered and answering): here, once a call went through the new one.
+            await until(traffic.went_through(f"dra-{NEW}.sock"), "a call to the new pod")
+            old.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(old.wait(), 20) == 0
+            assert not (plugin_dir / f"dra-{OLD}.sock").exists()
+            assert not (root / "registry" / f"{DRIVER}-{OLD}-reg.sock").exists()
+            await until(traffic.rounds_past(traffic.rounds + 5), "five more rounds")
+            traffic.stop()
+            await running
+            after = await cluster.node_slices()
+            # Each round ended unprepared, through either pod: nothing left on the node.
+            saved = json.loads((plugin_dir / "checkpoint.json").read_text())
+            left = sorted(p.name for p in (root / "cdi").glob("*claim*"))
+            # The new pod publishes now: a slice deleted behind its back comes back.
+            await cluster.wipe_node_slices()
+            await until(cluster.node_slices, "the slices written again by the new pod")
+        finally:
+            for proc in (old, new):
+                if proc is not None:
+                    await stop(proc)
+            await kubelet.stop()
     assert traffic.failures == []
     assert (saved["claims"], left) == ({}, [])
     assert traffic.endpoints == {f"dra-{OLD}.sock", f"dra-{NEW}.sock"}

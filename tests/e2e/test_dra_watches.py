@@ -10,7 +10,6 @@ claims (prepared by the conformance kit's kubelet and scheduler parts).
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import ssl
 import urllib.request
@@ -20,17 +19,13 @@ import pytest
 
 pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
 
-from lightkube import KubeConfig
 
-from accel_plugins.conformance.cluster import Allocated, Cluster
-from accel_plugins.conformance.envtest import ApiServer, EnvtestUnavailable, api_server
+from accel_plugins.conformance.cluster import Allocated
+from accel_plugins.conformance.envtest import ApiServer
 from accel_plugins.conformance.kubelet_side import KubeletSide
-from accel_plugins.kube.client import make_client
 from accel_plugins.kubelet_emulator.dra import DraClaim
-from accel_plugins.testing import short_tempdir
-from tests.conformance.test_our_drivers import dra_argv
 from tests.e2e.test_kubelet_admit_claims import stop
-from tests.e2e.test_kubelet_admit_cli import fake_node
+from tests.support.dra_envtest import generic_driver_env
 
 DRIVER = "generic.accel-plugins.io"
 NODE = "node-watches"
@@ -100,58 +95,35 @@ async def most(server: ApiServer, before: Counts, *, seconds: float) -> dict[str
 
 
 async def test_twelve_prepared_claims_hold_no_watch(tmp_path: Path) -> None:
-    try:
-        server_cm = api_server(scheduler=False)
-        server = server_cm.__enter__()
-    except EnvtestUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(json.dumps(server.kubeconfig()))
-        client = make_client(KubeConfig.from_dict(server.kubeconfig()))
-        cluster = Cluster(client, DRIVER, NODE)
-        await cluster.discover()
-        await cluster.ensure_node()
-        await cluster.prepare_objects()
-        with short_tempdir("watch-") as root:
-            backend = fake_node(tmp_path)
-            (tmp_path / "generic.yaml").write_text(COUNTED)
-            argv = [
-                a.replace("{node}", NODE)
-                .replace("{kubeconfig}", str(kubeconfig))
-                .replace("{registry}", str(root / "registry"))
-                .replace("{cdi_dir}", str(root / "cdi"))
-                for a in dra_argv(backend, root / "plugins")
-            ]
-            kubelet = KubeletSide(root / "registry", DRIVER)
-            await kubelet.start()
-            before = long_running(server)  # the API server's own loopback informers
-            proc = await asyncio.create_subprocess_exec(*argv)
-            try:
-                await kubelet.wait_registered(0, 30)
-                devices: list[dict[str, object]] = []
-                while len(devices) < CLAIMS:
-                    await asyncio.sleep(0.1)  # no watch: the test must not add one
-                    devices = [d for s in await cluster.node_slices() for d in s["spec"]["devices"]]
-                # The Node watch (the cordon annotation) may be in its backoff: on a fresh,
-                # quiet API server the nodes watch cache can lag ("Too large resource
-                # version", retried). Wait for the slices' watch; count the Node's if up.
-                idle = await settled(server, before)
-                refs = []
-                for device in devices[:CLAIMS]:
-                    claim = await cluster.create_claim([cluster.exactly("r0")])
-                    name = str(device["name"])
-                    await cluster.allocate(claim, [Allocated("r0", DRIVER, NODE, name)])
-                    refs.append(DraClaim(claim.namespace, claim.name, claim.uid))
-                answers = await kubelet.client().prepare(refs)
-                assert [a.error for a in answers.values()] == [""] * CLAIMS
-                busy = await most(server, before, seconds=1.0)
-            finally:
-                await stop(proc)
-                await kubelet.stop()
-        await client.close()
-    finally:
-        server_cm.__exit__(None, None, None)
+    async with generic_driver_env(tmp_path, NODE, "watch-") as env:
+        server, cluster, argv, root = env.server, env.cluster, env.argv, env.root
+        (tmp_path / "generic.yaml").write_text(COUNTED)
+        kubelet = KubeletSide(root / "registry", DRIVER)
+        await kubelet.start()
+        before = long_running(server)  # the API server's own loopback informers
+        proc = await asyncio.create_subprocess_exec(*argv)
+        try:
+            await kubelet.wait_registered(0, 30)
+            devices: list[dict[str, object]] = []
+            while len(devices) < CLAIMS:
+                await asyncio.sleep(0.1)  # no watch: the test must not add one
+                devices = [d for s in await cluster.node_slices() for d in s["spec"]["devices"]]
+            # The Node watch (the cordon annotation) may be in its backoff: on a fresh,
+            # quiet API server the nodes watch cache can lag ("Too large resource
+            # version", retried). Wait for the slices' watch; count the Node's if up.
+            idle = await settled(server, before)
+            refs = []
+            for device in devices[:CLAIMS]:
+                claim = await cluster.create_claim([cluster.exactly("r0")])
+                name = str(device["name"])
+                await cluster.allocate(claim, [Allocated("r0", DRIVER, NODE, name)])
+                refs.append(DraClaim(claim.namespace, claim.name, claim.uid))
+            answers = await kubelet.client().prepare(refs)
+            assert [a.error for a in answers.values()] == [""] * CLAIMS
+            busy = await most(server, before, seconds=1.0)
+        finally:
+            await stop(proc)
+            await kubelet.stop()
     # Its slices (the publisher's, which repairs the kubelet's wipe) and at most its Node
     # (the cordon annotation): the same with 12 claims prepared as with none, and never a
     # claim. Before issue 31 the claims added 12 (one per prepared claim).

@@ -266,10 +266,17 @@ class KubeSlicePublisher:
                     if self._held.event(kind, item):
                         self._check()
                 log.info("ResourceSlice watch for %s ended; listing again", self._node)
-            except _API_ERRORS as exc:
-                # 410 Gone (too old a version), a dropped connection, a refusal: list again.
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # 410 Gone (too old a version), a dropped connection, a refusal, or what a
+                # restarting API server answers: list again. Never end: without this loop
+                # nothing repairs the slices.
                 log.warning(
-                    "watching ResourceSlices for %s failed (will retry): %s", self._node, exc
+                    "watching ResourceSlices for %s failed (will retry): %s: %s",
+                    self._node,
+                    type(exc).__name__,
+                    exc,
                 )
                 await self._sleep(jittered(delay))
                 delay = doubled(delay)

@@ -87,6 +87,21 @@ def test_dra_daemonsets_run_the_driver(backend: str, driver: str) -> None:
     assert plugin["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert plugin["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert {"name": "ACCEL_PLUGINS_METRICS_ADDRESS", "value": ":9478"} in plugin["env"]
+    # A rollout with no gap (docs/dra.md "Upgrades with no gap"): the new pod serves beside
+    # the old one, its sockets named after its UID where the kubelet is 1.33+.
+    assert ds["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert env["POD_UID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    assert "--dra-rolling-update=auto" in args
+
+
+def test_device_plugin_daemonsets_keep_their_strategy_and_no_pod_uid() -> None:
+    for backend in ("nvidia", "generic"):
+        ds = daemonset(render(ci_values("dra") | {"kubeletApi": "device-plugin"}), backend)
+        assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1}
+        assert "POD_UID" not in {e["name"] for e in container(ds)["env"]}
 
 
 def test_dra_pods_without_metrics_have_no_port_or_probe() -> None:

@@ -22,13 +22,12 @@ import pytest
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.driver import DraSettings
 from accel_plugins.dra.instances import Instance, dra_socket_name, lock_name, uid_of_lock
-from accel_plugins.dra.model import device_names
-from accel_plugins.dra.prepare import Inventory, Preparer
+from accel_plugins.dra.prepare import Preparer
 from accel_plugins.dra.publish_turn import PublishTurn
 from accel_plugins.dra.registration_socket import registration_socket_name
-from accel_plugins.plugin.device import Device, DeviceNode, tree
 from accel_plugins.util.flock import FileLock, held_elsewhere
 from tests.fixtures.dra_plugin import DRIVER, NODE, FakeClaims
+from tests.unit.dra.test_dra_prepare import preparer
 
 UID_OLD = "0f1e2d3c-old"
 UID_NEW = "9a8b7c6d-new"
@@ -238,20 +237,8 @@ async def test_the_newest_instance_takes_the_turn_and_the_old_takes_it_back_if_i
     old.stop()
 
 
-DEVICES = tree({"example.com/card": [Device("card0", nodes=(DeviceNode("/dev/card0"),))]})
-
-
 def shared_preparer(root: Path, claims: FakeClaims) -> Preparer:
-    inventory = Inventory(device_names(DEVICES))
-    return Preparer(
-        driver=DRIVER,
-        pool=NODE,
-        claims=claims,
-        cdi_dir=root / "cdi",
-        checkpoint=Checkpoint(root / "checkpoint.json", DRIVER),
-        inventory=lambda: inventory,
-        shared=FileLock(root / "serialize.lock"),
-    )
+    return preparer(root, claims, shared=FileLock(root / "serialize.lock"))
 
 
 async def test_a_claim_prepared_by_one_pod_is_unprepared_by_the_other(tmp_path: Path) -> None:

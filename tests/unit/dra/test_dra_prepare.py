@@ -18,6 +18,7 @@ from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.errors import InvalidSnapshotError
 from accel_plugins.plugin.backend import Publish
 from accel_plugins.plugin.device import Device, DeviceNode, tree
+from accel_plugins.util.flock import FileLock
 from tests.fixtures.dra_plugin import DRIVER, NODE, FakeClaims
 from tests.fixtures.framework import ScriptedBackend
 from tests.support.cdi import assert_valid_spec_file
@@ -30,7 +31,13 @@ DEVICES = tree(
 )
 
 
-def preparer(tmp_path: Path, claims: FakeClaims, checkpoint: Path | None = None) -> Preparer:
+def preparer(
+    tmp_path: Path,
+    claims: FakeClaims,
+    checkpoint: Path | None = None,
+    shared: FileLock | None = None,
+) -> Preparer:
+    """A Preparer over DEVICES; with ``shared``, one pod's of a rolling update."""
     inventory = Inventory(device_names(DEVICES))
     return Preparer(
         driver=DRIVER,
@@ -39,6 +46,7 @@ def preparer(tmp_path: Path, claims: FakeClaims, checkpoint: Path | None = None)
         cdi_dir=tmp_path / "cdi",
         checkpoint=Checkpoint(checkpoint or tmp_path / "checkpoint.json", DRIVER),
         inventory=lambda: inventory,
+        shared=shared,
     )
 
 

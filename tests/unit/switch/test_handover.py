@@ -19,9 +19,10 @@ from accel_plugins.dra.model import ClaimRef
 from accel_plugins.kubelet_emulator import DeviceState, Kubelet
 from accel_plugins.switch.metrics import HandoverCollector
 from accel_plugins.switch.model import Blockers, HeldDevice, Mode, SwitchSettings
-from accel_plugins.switch.probes import DevicePluginSide, DraSide, live
+from accel_plugins.switch.probes import DevicePluginSide, DraSide
 from accel_plugins.switch.wait import HandoverState, await_handover
 from accel_plugins.testing import short_tempdir
+from accel_plugins.util.unix_socket import accepts_connections as live
 from tests.fixtures.kubelet import MakePlugin, register
 
 LABEL = "accel-plugins.io/kubelet-api"
