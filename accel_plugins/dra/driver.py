@@ -166,7 +166,6 @@ class DraDriver:
             settings.instance_uid,
         )
         self.turn = PublishTurn(self.instance)
-        self.standby: str | None = None  # why it waits to serve (another instance serves)
         self.feed = HealthFeed(settings.node_name, refresh=settings.health_refresh)
         self.health = HealthWatch()
         """Every served tree's health changes, for sinks such as Node Events."""
@@ -225,24 +224,8 @@ class DraDriver:
 
     async def _admitted(self) -> bool:
         """Hold this instance's lock; False when stopped while another instance held it."""
-        if self.instance.try_start():
-            return True
-        self.standby = (
-            f"standing by while another instance of {self.settings.driver_name} serves "
-            f"{self.settings.socket_path} (no pod UID: one instance at a time)"
-        )
-        log.info("DRA driver: %s", self.standby)
-        start = asyncio.ensure_future(self.instance.start())
-        stop = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({start, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not start.done():
-            start.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await start
-            return False
-        self.standby = None
-        return not self._stop.is_set()
+        where = f"{self.settings.driver_name} serves {self.settings.socket_path}"
+        return await self.instance.admitted(self._stop, where)
 
     async def _serve(self) -> None:
         watcher = self._watch()
@@ -304,6 +287,11 @@ class DraDriver:
     async def wait_registered(self) -> None:
         """Return once the kubelet's plugin watcher has registered the driver."""
         await self._accepted.wait()
+
+    @property
+    def standby(self) -> str | None:
+        """Why it waits to serve (another instance serves); None when it serves."""
+        return self.instance.standby
 
     def problems(self) -> list[str]:
         """What keeps the driver from working now (for /healthz and logs)."""
@@ -379,29 +367,13 @@ class DraDriver:
     async def _publish_slices(self) -> None:
         """Publish while this instance has the turn (publish_turn.py): the newest does."""
         assert self._slices is not None
-        while True:
-            await self.turn.take()
-            log.info("DRA driver %s: publishing the node's slices", self.settings.driver_name)
-            if self._has_tree:  # else the backend's first tree sets it
-                self._slices_due.set()
-            publishing = asyncio.create_task(self._publish_trees(), name="slice trees")
-            try:
-                await self.turn.lost()
-            finally:
-                publishing.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await publishing
-            await self._slices.close()  # no more writes or repairs; the slices stay
-            self.turn.give_up()
-            log.info(
-                "DRA driver %s: a newer instance publishes the slices now",
-                self.settings.driver_name,
-            )
-            await self.turn.orphaned()
+        await self.turn.run(self._publish_trees, self._slices.close)
 
     async def _publish_trees(self) -> None:
         """Hand the latest tree to the API side; trees that arrive meanwhile coalesce."""
         assert self._slices is not None
+        if self._has_tree:  # the turn came back: publish what there is (else the first tree)
+            self._slices_due.set()
         while True:
             await self._slices_due.wait()
             self._slices_due.clear()

@@ -18,6 +18,7 @@ stands by until the first exits.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from pathlib import Path
@@ -60,6 +61,7 @@ class Instance:
         self.driver = driver
         self.uid = uid
         self._lock = FileLock(plugin_dir / lock_name(uid))
+        self.standby: str | None = None  # why it waits to serve, while it does
 
     @property
     def lock_path(self) -> Path:
@@ -87,6 +89,25 @@ class Instance:
             if self._lock.linked():
                 return
             self._lock.close()
+
+    async def admitted(self, stopping: asyncio.Event, where: str) -> bool:
+        """Hold our lock, standing by (``standby`` says so) while another process of our
+        name holds it (``where`` says what it serves); False when ``stopping`` came first."""
+        if self.try_start():
+            return True
+        self.standby = f"standing by while another instance of {where} (no pod UID: one at a time)"
+        log.info("DRA driver: %s", self.standby)
+        start = asyncio.ensure_future(self.start())
+        stop = asyncio.ensure_future(stopping.wait())
+        await asyncio.wait({start, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not start.done():
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await start
+            return False
+        self.standby = None
+        return not stopping.is_set()
 
     def stop(self) -> None:
         self._lock.close()

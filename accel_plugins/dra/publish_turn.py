@@ -14,12 +14,17 @@ second, and inotify would not see a peer's death.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from accel_plugins.dra.instances import Instance
 from accel_plugins.runtime.backoff import jittered
 from accel_plugins.util.flock import FileLock
 from accel_plugins.util.fsutil import atomic_write_text
+
+log = logging.getLogger(__name__)
 
 TURN_LOCK = "slices.lock"
 OWNER_FILE = "slices.owner"
@@ -74,6 +79,28 @@ class PublishTurn:
             if owner is None or owner == self.instance.uid or not self.instance.alive(owner):
                 return
             await self._sleep(jittered(self._poll))
+
+    async def run(
+        self, publish: Callable[[], Coroutine[Any, Any, None]], pause: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Run ``publish`` (it loops) while this instance has the turn; when a newer one
+        asks for it, cancel it and ``pause`` (stop writing; the slices stay) before letting
+        go. Runs until cancelled."""
+        driver = self.instance.driver
+        while True:
+            await self.take()
+            log.info("DRA driver %s: publishing the node's slices", driver)
+            publishing = asyncio.create_task(publish(), name="slice trees")
+            try:
+                await self.lost()
+            finally:
+                publishing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await publishing
+            await pause()
+            self.give_up()
+            log.info("DRA driver %s: a newer instance publishes the slices now", driver)
+            await self.orphaned()
 
     def close(self) -> None:
         self._lock.close()

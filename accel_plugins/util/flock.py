@@ -14,6 +14,10 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+# A holder keeps a lock for milliseconds (one Prepare) or for its life (an instance).
+POLL_FIRST = 0.002
+POLL_MAX = 0.1
+
 
 class FileLock:
     """An exclusive flock on ``path`` (created 0600 when missing).
@@ -42,22 +46,16 @@ class FileLock:
         return True
 
     async def acquire(self) -> None:
-        """Take the lock, waiting (in a worker thread) while another process holds it."""
-        if self.try_acquire():
-            return
-        fd = self._open()
-        waiting = asyncio.ensure_future(asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX))
-        try:
-            await asyncio.shield(waiting)
-        except asyncio.CancelledError:
-            # The thread cannot be stopped: whenever it gets the lock, give it back.
-            waiting.add_done_callback(self._release_if_taken)
-            raise
-        self.held = True
+        """Take the lock, polling while another process holds it.
 
-    def _release_if_taken(self, waited: asyncio.Future[None]) -> None:
-        if not waited.cancelled() and waited.exception() is None:
-            self.release()
+        Polled, not waited for in a worker thread: a thread blocked in flock cannot be
+        cancelled, and the event loop's shutdown would wait for it (a stopping plugin
+        would hang until the other process let go).
+        """
+        delay = POLL_FIRST
+        while not self.try_acquire():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX)
 
     def linked(self) -> bool:
         """Whether ``path`` still names the file we opened (not removed or replaced)."""
