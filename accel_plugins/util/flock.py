@@ -11,12 +11,9 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-
-# A holder keeps a lock for milliseconds (one Prepare) or for its life (an instance).
-POLL_FIRST = 0.002
-POLL_MAX = 0.1
 
 
 class FileLock:
@@ -46,16 +43,40 @@ class FileLock:
         return True
 
     async def acquire(self) -> None:
-        """Take the lock, polling while another process holds it.
+        """Take the lock, waiting while another process holds it.
 
-        Polled, not waited for in a worker thread: a thread blocked in flock cannot be
-        cancelled, and the event loop's shutdown would wait for it (a stopping plugin
-        would hang until the other process let go).
+        The wait is a blocking flock in a daemon thread: the kernel hands the lock over
+        the moment it is released (polling missed the microsecond gaps between another
+        process's back-to-back Prepares and starved). A daemon thread, not the loop's
+        executor: a stopping process must not wait for it, and a cancelled wait gives
+        the lock back as soon as the thread gets it.
         """
-        delay = POLL_FIRST
-        while not self.try_acquire():
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, POLL_MAX)
+        if self.try_acquire():
+            return
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+        fd = self._open()
+
+        def hand_over() -> None:
+            if granted.cancelled():
+                self.release()
+            else:
+                self.held = True
+                granted.set_result(None)
+
+        def wait() -> None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                return  # closed under us: nobody waits any more
+            try:
+                loop.call_soon_threadsafe(hand_over)
+            except RuntimeError:  # the loop is gone, the file maybe closed with it
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+        threading.Thread(target=wait, name=f"flock {self.path.name}", daemon=True).start()
+        await granted
 
     def linked(self) -> bool:
         """Whether ``path`` still names the file we opened (not removed or replaced)."""

@@ -116,6 +116,8 @@ async def test_a_new_pod_takes_over_with_no_failed_prepare_and_no_slice_rewritte
                 claims.append(DraClaim(claim.namespace, claim.name, claim.uid))
             traffic = Traffic(kubelet, claims)
             running = traffic.task = asyncio.create_task(traffic.run())
+            # The slices as the old pod left them, right before the new pod starts.
+            before = await cluster.node_slices()
             new = await asyncio.create_subprocess_exec(
                 *argv, "--pod-uid", NEW, "--dra-rolling-update", "on"
             )
