@@ -57,7 +57,6 @@ from accel_plugins.util.watch import DirEvent, DirWatcher, watch_directories
 log = logging.getLogger(__name__)
 
 DEFAULT_KUBELET_PLUGINS_DIR = Path("/var/lib/kubelet/plugins")
-SOCKET_NAME = dra_socket_name()
 CHECKPOINT_NAME = "checkpoint.json"
 SERIALIZE_LOCK = "serialize.lock"  # the kubeletplugin library's name for the same lock
 # How long a stopping driver lets the kubelet's calls in flight finish (a pod's default
