@@ -1,9 +1,10 @@
 """The metrics reference page: every family a plugin process can expose, from the code.
 
 Each source the process registers (the framework's recorder, the scrape-time
-collectors, the NVIDIA backend's GPU telemetry, the DRA slice publisher) is
-built on its own registry and fed one sample, so a family's labels show; the
-page lists name, type, labels and help text as a scrape would say them.
+collectors, the NVIDIA backend's GPU telemetry, the DRA slice publisher and
+Prepare/Unprepare series) is built on its own registry and fed one sample, so a
+family's labels show; the page lists name, type, labels and help text as a
+scrape would say them.
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ def _gpu_telemetry() -> list[Metric]:
 
 def _dra() -> CollectorRegistry:
     from accel_plugins.dra.kube.publisher import KubeSlicePublisher
+    from accel_plugins.dra.request_metrics import RequestMetrics
 
     registry = CollectorRegistry(auto_describe=False)
     # The client is only kept by the constructor; nothing is published here.
     KubeSlicePublisher(cast(Any, None), driver="d.example.com", node="n", registry=registry)
+    RequestMetrics("d.example.com", registry)  # its series exist from the start
     return registry
 
 

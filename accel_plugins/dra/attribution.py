@@ -4,7 +4,9 @@ In device-plugin mode the kubelet's PodResources API says which container holds 
 device. For DRA devices it says so only behind a feature gate
 (KubeletPodResourcesDynamicResources), so the driver answers from what it knows: each
 prepared claim's devices and the pods the claim was reserved for when it was prepared
-(``status.reservedFor``). A claim names pods, not containers: the container is empty.
+(``status.reservedFor``). A claim names pods, not containers: the container is empty,
+or :data:`ADMIN` for a claim's admin access (KEP-5018), which monitors a device another
+pod holds; no container can be named so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.prepare import Inventory
 from accel_plugins.plugin.backend import PodRef
+
+ADMIN = "(admin access)"
 
 
 class ClaimAttribution:
@@ -37,11 +41,15 @@ class ClaimAttribution:
         named = self._inventory().devices
         held: dict[str, list[PodRef]] = {}
         for claim in self._prepared().values():
-            pods = [PodRef(claim.ref.namespace, pod, "") for pod in claim.consumers]
             for prepared in claim.devices:
                 device = named.get(prepared.device)
                 if device is None or device.resource != resource:
                     continue
+                how = ADMIN if prepared.admin else ""
                 refs = held.setdefault(device.device.id, [])
-                refs.extend(p for p in pods if p not in refs)
+                refs.extend(
+                    p
+                    for p in (PodRef(claim.ref.namespace, pod, how) for pod in claim.consumers)
+                    if p not in refs
+                )
         return held

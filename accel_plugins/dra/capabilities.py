@@ -16,7 +16,7 @@ from accel_plugins.plugin.device import Device
 from accel_plugins.plugin.dra_attributes import DraCounterSets, DraDescriber, DraDeviceInfo
 from accel_plugins.plugin.dra_config import DraConfigAllocator
 from accel_plugins.plugin.dra_names import DraNamer, dra_device_name
-from accel_plugins.plugin.dra_shares import DraSharedUnits
+from accel_plugins.plugin.dra_shares import DraSharedUnits, DraShareLimits
 from accel_plugins.plugin.dra_taints import DraTaintKeyer
 from accel_plugins.runtime.capabilities import Capabilities
 
@@ -32,6 +32,7 @@ class DraCapabilities:
     keyer: DraTaintKeyer | None = None
     counters: DraCounterSets | None = None
     sharer: DraSharedUnits | None = None
+    share_limits: DraShareLimits | None = None
 
     @classmethod
     def of(cls, backend: object, *, hook_timeout: float = 10.0) -> DraCapabilities:
@@ -43,6 +44,7 @@ class DraCapabilities:
             keyer=backend if isinstance(backend, DraTaintKeyer) else None,
             counters=backend if isinstance(backend, DraCounterSets) else None,
             sharer=backend if isinstance(backend, DraSharedUnits) else None,
+            share_limits=backend if isinstance(backend, DraShareLimits) else None,
         )
 
 

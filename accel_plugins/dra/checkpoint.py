@@ -12,7 +12,9 @@ The file outlives a reboot (it lives in the kubelet's plugins directory) while
 the CDI specs do not (/var/run/cdi is a tmpfs). So it records the boot it was
 written in (``bootID``, the kernel's random boot_id, as NVIDIA's DRA driver
 records ``nodeBootID``) and each claim's spec as written (``cdiSpec``), from
-which the spec is written again after a reboot. Both fields are optional:
+which the spec is written again after a reboot. A device held as one share of
+several (``shareID``) or for admin access (``adminAccess``, which the per-node
+switch does not count as holding it) says so. These fields are optional:
 files written before them still load, and older plugins ignore them.
 """
 
@@ -42,6 +44,8 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str = ""  # which share of a device several claims hold (KEP-5075)
+    admin: bool = False  # admin access (KEP-5018): a monitor's, not a holder's
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ def _claim_json(claim: PreparedClaim) -> dict[str, Any]:
                 "pool": d.pool,
                 "device": d.device,
                 "cdiDeviceIDs": list(d.cdi_ids),
+                **({"shareID": d.share_id} if d.share_id else {}),
+                **({"adminAccess": True} if d.admin else {}),
             }
             for d in claim.devices
         ],
@@ -106,6 +112,8 @@ def _claim_from_json(uid: str, data: Mapping[str, Any]) -> PreparedClaim:
                 pool=str(d["pool"]),
                 device=str(d["device"]),
                 cdi_ids=tuple(str(c) for c in d["cdiDeviceIDs"]),
+                share_id=str(d.get("shareID") or ""),
+                admin=d.get("adminAccess") is True,
             )
             for d in data["devices"]
         ),

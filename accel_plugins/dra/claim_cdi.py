@@ -39,13 +39,15 @@ def spec_file_name(driver: str, claim_uid: str) -> str:
     return f"k8s.{driver}_{CLAIM_CLASS}_{claim_uid}.json"
 
 
-def cdi_device_name(claim_uid: str, request: str) -> str:
-    """``<uid>-<request>``; a subrequest's ``/`` (``gpu/large``) becomes ``_``."""
-    return f"{claim_uid}-{_NOT_CDI_NAME.sub('_', request)}"
+def cdi_device_name(claim_uid: str, request: str, share_id: str = "") -> str:
+    """``<uid>-<request>``, and ``-<share ID>`` for one share of a shared device (each
+    share its own CDI device); a subrequest's ``/`` (``gpu/large``) becomes ``_``."""
+    name = f"{claim_uid}-{request}-{share_id}" if share_id else f"{claim_uid}-{request}"
+    return _NOT_CDI_NAME.sub("_", name)
 
 
-def qualified_device(driver: str, claim_uid: str, request: str) -> str:
-    return qualified_name(claim_kind(driver), cdi_device_name(claim_uid, request))
+def qualified_device(driver: str, claim_uid: str, request: str, share_id: str = "") -> str:
+    return qualified_name(claim_kind(driver), cdi_device_name(claim_uid, request, share_id))
 
 
 def allocation_edits(allocation: ContainerAllocation) -> ContainerEdits:

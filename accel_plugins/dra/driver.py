@@ -36,6 +36,7 @@ from accel_plugins.dra.model import ClaimSource, SlicePublisher, device_names, w
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.publish_turn import PublishTurn
 from accel_plugins.dra.registration_socket import DraRegistrationServicer, registration_socket_name
+from accel_plugins.dra.request_metrics import RequestMetrics
 from accel_plugins.dra.service import DraServer
 from accel_plugins.errors import ConfigError, InvalidSnapshotError
 from accel_plugins.plugin.backend import Backend, Warmer
@@ -138,8 +139,10 @@ class DraDriver:
         claims: ClaimSource,
         slices: SlicePublisher | None = None,
         cordons: Cordons | None = None,
+        requests: RequestMetrics | None = None,  # counts and times Prepare and Unprepare
     ) -> None:
         self._cordons = cordons
+        self._requests = requests
         self._raw: DeviceTree = {}  # as the backend published it; _tree has the cordons
         if cordons is not None:
             cordons.subscribe(lambda: self._on_tree(self._raw))
@@ -331,6 +334,7 @@ class DraDriver:
             dra.common.hook_timeout,
             dra.common.cdi_keeper,
             dra.configurer,
+            dra.share_limits,
         )
 
     def tree_published(self, tree: DeviceTree) -> None:
@@ -390,7 +394,7 @@ class DraDriver:
         if self._server is None or not self._server.socket_alive():
             if self._server is not None:
                 await self._server.stop()
-            self._server = DraServer(self.preparer, self.feed, settings.socket_path)
+            self._server = DraServer(self.preparer, self.feed, settings.socket_path, self._requests)
             try:
                 await self._server.start()
             except ServeError as exc:

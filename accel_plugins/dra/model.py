@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from accel_plugins.errors import AccelPluginsError
@@ -62,6 +63,12 @@ class AllocatedDevice:
     # The claim's tolerations of this device's taints (what let the scheduler pick a
     # tainted device): Prepare honours them too.
     tolerations: tuple[DeviceToleration, ...] = ()
+    # Which share of a device allocated to several claims (KEP-5075 ``shareID``), and
+    # the capacity this share consumes (``consumedCapacity``, quantities as written).
+    share_id: str = ""
+    consumed: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # KEP-5018 ``adminAccess``: a monitor's access, beside whoever holds the device.
+    admin_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,10 +141,12 @@ Attributes = Mapping[str, AttributeValue]
 
 @dataclass(frozen=True)
 class NamedDevice:
-    """A device of the backend's tree under its DRA name."""
+    """A device of the backend's tree under its DRA name; for a shared device, its first
+    healthy copy and how many copies the device has (its capacity of shares)."""
 
     resource: str
     device: Device
+    copies: int = 1
 
 
 def device_names(tree: DeviceTree, namer: DraNamer | None = None) -> dict[str, NamedDevice]:
@@ -225,5 +234,6 @@ def with_shared_units(
     out = dict(named)
     for unit, copies in shared_units(named, sharer).items():
         healthy = [entry for _, entry in copies if entry.device.healthy]
-        out[unit] = (healthy or [copies[0][1]])[0]
+        first = (healthy or [copies[0][1]])[0]
+        out[unit] = NamedDevice(first.resource, first.device, len(copies))
     return out

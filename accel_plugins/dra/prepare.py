@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from accel_plugins.dra import claim_cdi
+from accel_plugins.dra import claim_answer, claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from accel_plugins.dra.model import (
     AllocatedDevice,
@@ -32,19 +32,14 @@ from accel_plugins.dra.model import (
     ClaimRef,
     ClaimSource,
     NamedDevice,
-    OpaqueConfig,
 )
 from accel_plugins.dra.spec_guard import SpecGuard
-from accel_plugins.plugin import allocation
 from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper
 from accel_plugins.plugin.cdi import CdiDevice, CdiSpec
-from accel_plugins.plugin.device import ContainerAllocation, Device
-from accel_plugins.plugin.dra_config import (
-    ClaimParameters,
-    DraConfigAllocator,
-)
-from accel_plugins.plugin.dra_taints import TaintId
-from accel_plugins.runtime.hooks import HookFailedError, HookRunner
+from accel_plugins.plugin.device import Device
+from accel_plugins.plugin.dra_config import DraConfigAllocator
+from accel_plugins.plugin.dra_shares import DraShareLimits
+from accel_plugins.plugin.dra_taints import TaintId, tolerated
 from accel_plugins.util.flock import FileLock
 
 log = logging.getLogger(__name__)
@@ -53,14 +48,21 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Inventory:
     """What the backend serves now: devices by DRA name, its allocate hook, what keeps
-    its own CDI specs on disk (None when it writes none), and its hook for claims with
-    opaque parameters."""
+    its own CDI specs on disk (None when it writes none), its hook for claims with
+    opaque parameters and what limits a share of a shared device."""
 
     devices: Mapping[str, NamedDevice] = field(default_factory=lambda: MappingProxyType({}))
     allocator: Allocator | None = None
     hook_timeout: float = 10.0
     cdi_keeper: CdiSpecKeeper | None = None
     configurer: DraConfigAllocator | None = None
+    share_limits: DraShareLimits | None = None
+
+    @property
+    def hooks(self) -> claim_answer.Hooks:
+        return claim_answer.Hooks(
+            self.allocator, self.hook_timeout, self.cdi_keeper, self.configurer, self.share_limits
+        )
 
 
 PrepareResult = PreparedClaim | str
@@ -362,17 +364,21 @@ class Preparer:
             by_request.setdefault(result.request, []).append((result, named))
 
         cdi_devices: list[CdiDevice] = []
-        extra_ids: dict[str, tuple[str, ...]] = {}
-        for request, entries in by_request.items():
-            configs = [c for c in resolved.configs if c.applies_to(request)]
-            answer = await self._allocate(inventory, [named for _, named in entries], configs)
+        extra_ids: dict[tuple[str, str], tuple[str, ...]] = {}
+        for part in claim_answer.parts([e for entries in by_request.values() for e in entries]):
+            configs = [c for c in resolved.configs if c.applies_to(part.request)]
+            answer = await claim_answer.answer(inventory.hooks, self.driver, part, configs)
             edits = claim_cdi.allocation_edits(answer)
             ids: tuple[str, ...] = ()
             if edits:  # CDI refuses a device without edits
-                cdi_devices.append(CdiDevice(claim_cdi.cdi_device_name(ref.uid, request), edits))
-                ids = (claim_cdi.qualified_device(self.driver, ref.uid, request),)
+                share = part.share_id
+                cdi_devices.append(
+                    CdiDevice(claim_cdi.cdi_device_name(ref.uid, part.request, share), edits)
+                )
+                ids = (claim_cdi.qualified_device(self.driver, ref.uid, part.request, share),)
             # Names of the backend's own specs (CDI device-list strategies) come along.
-            extra_ids[request] = ids + tuple(c for c in answer.cdi_devices if c not in ids)
+            key = (part.request, part.share_id)
+            extra_ids[key] = ids + tuple(c for c in answer.cdi_devices if c not in ids)
 
         # The spec is written with the checkpoint (prepare's _persist), once all is checked.
         spec_file: str | None = None
@@ -391,13 +397,14 @@ class Preparer:
             )
             await self._guard.check_defined(theirs)
 
-        # The request's CDI IDs go with its first device only: the kubelet gathers the
-        # IDs of every device a container gets, and one request is one CDI device.
+        # A part's CDI IDs go with its first device only: the kubelet gathers the IDs
+        # of every device a container gets, and one part is one CDI device.
         devices: list[PreparedDevice] = []
-        given: set[str] = set()
+        given: set[tuple[str, str]] = set()
         for result in resolved.devices:
-            first = result.request not in given
-            given.add(result.request)
+            key = (result.request, result.share_id)
+            first = key not in given
+            given.add(key)
             # A container names the main request of "gpu/large", and the kubelet matches
             # request names exactly (claiminfo.go cdiDevicesAsList; kubeletplugin sends the
             # main name only): both names, so a container naming either gets the device.
@@ -407,7 +414,9 @@ class Preparer:
                     requests=tuple(dict.fromkeys((main, result.request))),
                     pool=result.pool,
                     device=result.device,
-                    cdi_ids=extra_ids[result.request] if first else (),
+                    cdi_ids=extra_ids[key] if first else (),
+                    share_id=result.share_id,
+                    admin=result.admin_access,
                 )
             )
         return PreparedClaim(ref, tuple(devices), spec_file, spec_text, resolved.consumers)
@@ -420,7 +429,7 @@ class Preparer:
         if self._taint is None:
             raise ClaimError(f"device {result.device} is unhealthy{why}")
         taint = self._taint(named.resource, device)
-        if any(t.tolerates(taint) for t in result.tolerations):
+        if tolerated(taint, result.tolerations):
             log.info("device %s is unhealthy%s; the claim tolerates it", result.device, why)
             return
         raise ClaimError(
@@ -428,72 +437,9 @@ class Preparer:
             f"taint {taint.key}={taint.value}:{taint.effect}"
         )
 
-    async def _allocate(
-        self,
-        inventory: Inventory,
-        named: Sequence[NamedDevice],
-        configs: Sequence[OpaqueConfig] = (),
-    ) -> ContainerAllocation:
-        """The device-plugin answer for these devices, one resource at a time, merged;
-        under the claim's opaque parameters when it has some for them."""
-        by_resource: dict[str, list[Device]] = {}
-        for entry in named:
-            by_resource.setdefault(entry.resource, []).append(entry.device)
-        answers = [
-            await self._allocate_resource(inventory, resource, devices, configs)
-            for resource, devices in by_resource.items()
-        ]
-        return answers[0] if len(answers) == 1 else _combine(answers)
-
-    async def _allocate_resource(
-        self,
-        inventory: Inventory,
-        resource: str,
-        devices: Sequence[Device],
-        configs: Sequence[OpaqueConfig] = (),
-    ) -> ContainerAllocation:
-        if configs and inventory.configurer is None:
-            # Dropping them would hand out devices without the settings the claim asked for.
-            raise ClaimError(
-                f"{configs[0].where}: driver {self.driver} takes no opaque parameters "
-                f"for resource {resource}"
-            )
-        if configs and inventory.configurer is not None:
-            configurer = inventory.configurer
-            parameters = [ClaimParameters(c.parameters, c.where) for c in configs]
-
-            def call() -> ContainerAllocation:
-                return configurer.allocate_configured(resource, devices, parameters)
-
-        elif inventory.allocator is not None:
-            allocator = inventory.allocator
-
-            def call() -> ContainerAllocation:
-                return allocator.allocate(resource, devices)
-
-        else:
-            return allocation.merge(devices)
-        try:
-            return await HookRunner(inventory.hook_timeout).call("allocate", resource, call)
-        except HookFailedError as exc:
-            raise ClaimError(exc.message, logged=exc.logged) from None
-
     def _remove_spec(self, spec_file: str | None) -> None:
         if spec_file is not None:
             try:
                 claim_cdi.remove_spec(self._cdi_dir, spec_file)
             except OSError as exc:
                 log.error("cannot remove the CDI spec %s: %s", spec_file, exc)
-
-
-def _combine(answers: Sequence[ContainerAllocation]) -> ContainerAllocation:
-    """Several resources' answers as one (nodes and mounts once per container path)."""
-    nodes = {n.container_path: n for a in answers for n in a.nodes}
-    mounts = {m.container_path: m for a in answers for m in a.mounts}
-    return ContainerAllocation(
-        nodes=tuple(nodes.values()),
-        mounts=tuple(mounts.values()),
-        envs={k: v for a in answers for k, v in a.envs.items()},
-        annotations={k: v for a in answers for k, v in a.annotations.items()},
-        cdi_devices=tuple(dict.fromkeys(c for a in answers for c in a.cdi_devices)),
-    )

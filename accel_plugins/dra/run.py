@@ -25,6 +25,7 @@ from accel_plugins.dra.attribution import ClaimAttribution
 from accel_plugins.dra.capabilities import NONE as NO_CAPABILITIES
 from accel_plugins.dra.capabilities import RunningCapabilities
 from accel_plugins.dra.driver import DraDriver, DraSettings
+from accel_plugins.dra.request_metrics import RequestMetrics
 from accel_plugins.errors import AccelPluginsError, ConfigError
 from accel_plugins.kube.cordon import node_cordons
 from accel_plugins.kube.events import node_events
@@ -148,7 +149,8 @@ async def serve_dra(
         shares=shared_devices,
     )
     claims = kube.KubeClaimSource(client, apis)
-    driver = DraDriver(factory, settings, claims, slices, cordons)
+    requests = RequestMetrics(settings.driver_name, registry)
+    driver = DraDriver(factory, settings, claims, slices, cordons, requests)
     running = driver
     # Holders from the prepared claims' pods (the kubelet's PodResources API names DRA
     # devices only behind a feature gate).

@@ -3,8 +3,10 @@ and DRAResourceHealth v1 and v1alpha1 (the same messages; one stream, written tw
 
 v1beta1 (kubelets 1.32 and 1.33) has v1's messages less ``Device.share_id``,
 with the same field numbers: a v1beta1 request is read as v1 from its bytes
-and the v1 answer, which never sets ``share_id``, is written back the same
-way, so both versions share one implementation and cannot drift apart.
+and the v1 answer is written back the same way, so both versions share one
+implementation and cannot drift apart. ``share_id`` is set only for a claim
+holding a share of a device (KEP-5075), which an API server that old never
+allocates; it would reach such a kubelet as an unknown field, which protobuf skips.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from accel_plugins.dra.checkpoint import PreparedClaim
 from accel_plugins.dra.health import DeviceHealthState, HealthFeed
 from accel_plugins.dra.model import ClaimRef
 from accel_plugins.dra.prepare import Preparer
+from accel_plugins.dra.request_metrics import Operation, RequestMetrics, measured
 from accel_plugins.runtime.server import SocketServer
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,7 @@ def prepare_response(claim: PreparedClaim) -> v1.NodePrepareResourceResponse:
                 pool_name=d.pool,
                 device_name=d.device,
                 cdi_device_ids=list(d.cdi_ids),
+                share_id=d.share_id or None,
             )
             for d in claim.devices
         ]
@@ -84,9 +88,11 @@ def prepare_response(claim: PreparedClaim) -> v1.NodePrepareResourceResponse:
 class DraPluginServicer(v1_grpc.DRAPluginServicer):
     """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` over a :class:`Preparer`."""
 
-    def __init__(self, preparer: Preparer) -> None:
+    def __init__(self, preparer: Preparer, request_metrics: RequestMetrics | None = None) -> None:
         self.preparer = preparer
+        self.request_metrics = request_metrics
 
+    @measured(Operation.PREPARE)
     async def NodePrepareResources(
         self,
         request: v1.NodePrepareResourcesRequest,
@@ -104,6 +110,7 @@ class DraPluginServicer(v1_grpc.DRAPluginServicer):
                 response.claims[uid].CopyFrom(prepare_response(result))
         return response
 
+    @measured(Operation.UNPREPARE)
     async def NodeUnprepareResources(
         self,
         request: v1.NodeUnprepareResourcesRequest,
@@ -226,8 +233,14 @@ class DraHealthV1Alpha1Servicer(health_grpc.DRAResourceHealthServicer):
 class DraServer(SocketServer):
     """The three services on ``<kubelet-plugins-dir>/<driver>/dra.sock`` (mode 0600)."""
 
-    def __init__(self, preparer: Preparer, feed: HealthFeed, socket_path: Path) -> None:
-        plugin = DraPluginServicer(preparer)
+    def __init__(
+        self,
+        preparer: Preparer,
+        feed: HealthFeed,
+        socket_path: Path,
+        request_metrics: RequestMetrics | None = None,
+    ) -> None:
+        plugin = DraPluginServicer(preparer, request_metrics)
         beta = DraPluginV1Beta1Servicer(plugin)
         health = DraHealthServicer(feed)
         health_alpha = DraHealthV1Alpha1Servicer(feed)

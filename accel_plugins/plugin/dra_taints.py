@@ -7,15 +7,33 @@ so that a claim can tolerate one kind of fault and not the others. The taint's
 value and effect, and how a claim's toleration matches it, are here too: both the
 slices (dra/kube/taints.py) and Prepare (a claim allocated a tainted device must
 tolerate it) read them.
+
+The effect follows the reason (:func:`effect_of`): ``None`` for an informational
+one (``unmonitored``; an XID NVIDIA does not treat as fatal: see
+:attr:`~accel_plugins.plugin.health_reason.HealthReason.informational`),
+``NoSchedule`` for every other reason and for an Unhealthy device without one.
+Facts (KEP-5055, kubernetes/enhancements keps/sig-scheduling/5055-dra-device-taints-
+and-tolerations/README.md): "`Effect: None` can be used to publish taints which
+are merely informational. Such taints are ignored during scheduling and cause no
+eviction. Therefore it is not necessary to specify tolerations for them"; it
+"is only valid for Kubernetes >= 1.35" (1.33/1.34 validation, pkg/apis/resource/
+validation/validation.go ``validDeviceTaintEffects``, accepts NoSchedule and
+NoExecute only: a write with ``None`` is refused, 422 "Unsupported value"). So a
+taint with effect ``None`` is not :attr:`TaintId.required`: every claim may use
+the device (:func:`tolerated`), as a 1.36 kube-scheduler allocates it to a claim
+without tolerations. Where the API server refuses ``None`` the slices carry
+``NoSchedule`` instead (``taint_of(..., informational=False)``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from accel_plugins.plugin.device import Device
+from accel_plugins.plugin.health_reason import HealthReason
 
 
 @runtime_checkable
@@ -31,6 +49,7 @@ class DraTaintKeyer(Protocol):
 
 
 EFFECT = "NoSchedule"  # running pods keep their device; NoExecute would evict them
+INFORMATIONAL_EFFECT = "None"  # KEP-5055, 1.35+: no effect on scheduling or eviction
 DEFAULT_KEY_NAME = "unhealthy"
 NO_REASON = "unknown"
 MAX_LABEL_VALUE = 63
@@ -49,6 +68,13 @@ def reason_value(device: Device) -> str:
     return label_value(str(device.reason)) if device.reason is not None else NO_REASON
 
 
+def effect_of(reason: HealthReason | None) -> str:
+    """The taint effect for an Unhealthy device's ``reason``: ``None`` where the reason
+    is informational, ``NoSchedule`` otherwise (no reason included: the backend said
+    Unhealthy without saying why)."""
+    return INFORMATIONAL_EFFECT if reason is not None and reason.informational else EFFECT
+
+
 @dataclass(frozen=True, slots=True)
 class TaintId:
     """What identifies a device taint to a toleration."""
@@ -57,11 +83,26 @@ class TaintId:
     value: str
     effect: str = EFFECT
 
+    @property
+    def required(self) -> bool:
+        """Whether a claim needs a toleration to use the device (False for effect None,
+        which the scheduler ignores: KEP-5055)."""
+        return self.effect != INFORMATIONAL_EFFECT
 
-def taint_of(driver: str, keyer: DraTaintKeyer | None, resource: str, device: Device) -> TaintId:
-    """The taint the driver's slices give an Unhealthy ``device``."""
+
+def taint_of(
+    driver: str,
+    keyer: DraTaintKeyer | None,
+    resource: str,
+    device: Device,
+    *,
+    informational: bool = True,
+) -> TaintId:
+    """The taint the driver's slices give an Unhealthy ``device``; ``informational``
+    False where the API server refuses effect None (before 1.35): ``NoSchedule`` then."""
     key = keyer.dra_taint_key(resource, device) if keyer is not None else None
-    return TaintId(key or f"{driver}/{DEFAULT_KEY_NAME}", reason_value(device))
+    effect = effect_of(device.reason) if informational else EFFECT
+    return TaintId(key or f"{driver}/{DEFAULT_KEY_NAME}", reason_value(device), effect)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +117,12 @@ class DeviceToleration:
     def tolerates(self, taint: TaintId) -> bool:
         """Kubernetes' rules (k8s.io/dynamic-resource-allocation resourceclaim
         ToleratesTaint): an empty effect or key matches any, Exists any value,
-        Equal (the default) the same value, any other operator nothing."""
+        Equal (the default) the same value, any other operator nothing. A taint
+        that needs no toleration (effect None) lets every claim use the device, so
+        any toleration answers True for it (KEP-5055: a toleration of it "has no
+        effect")."""
+        if not taint.required:
+            return True
         if self.effect and self.effect != taint.effect:
             return False
         if self.key and self.key != taint.key:
@@ -84,3 +130,9 @@ class DeviceToleration:
         if self.operator in ("", "Equal"):
             return self.value == taint.value
         return self.operator == "Exists"
+
+
+def tolerated(taint: TaintId, tolerations: Iterable[DeviceToleration]) -> bool:
+    """Whether a claim with ``tolerations`` may use a device tainted ``taint``: always
+    for a taint that needs none (effect None), else where one of them tolerates it."""
+    return not taint.required or any(t.tolerates(taint) for t in tolerations)

@@ -97,5 +97,10 @@ class DraSide:
             for uid, claim in dict(data.get("claims", {})).items():
                 holder = f"{claim.get('namespace', '')}/{claim.get('name', uid)}"
                 devices = claim.get("devices") or [{"device": "?"}]
-                held += [HeldDevice(holder, self.driver, str(d.get("device"))) for d in devices]
+                # A monitor's admin access holds nothing: the device stays free to move.
+                held += [
+                    HeldDevice(holder, self.driver, str(d.get("device")))
+                    for d in devices
+                    if d.get("adminAccess") is not True
+                ]
         return tuple(held)

@@ -39,14 +39,18 @@ from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.plugin.device import DeviceTree, tree
 from tests.dra_sharing_fixtures import MPS, sharing_node
 from tests.e2e.test_dra_kube_slices import slices
-from tests.fixtures.dra_kube import V1_34, NodeClient, ServerKind, ServerOf, resource_types, served
+from tests.fixtures.dra_kube import (
+    V1_34,
+    V1_34_SHARES,
+    NodeClient,
+    ServerOf,
+    resource_types,
+    served,
+)
 from tests.fixtures.generic import FakeHost
 from tests.support.cdi import assert_valid_spec_file
 
 DRIVER = "gpu.nvidia.com"
-V1_34_SHARES = ServerKind(
-    "v1.34+DRAConsumableCapacity", feature_gates={"DRAConsumableCapacity": True}
-)
 GATE_ON = pytest.param(V1_34_SHARES, id="gate-on")
 GATE_OFF = pytest.param(V1_34, id="gate-off")
 _names = (f"share-{i}" for i in itertools.count())
@@ -102,7 +106,7 @@ async def test_a_shared_gpu_is_published_once_where_the_api_server_keeps_the_fie
             # As read back (a plain object): one share per replica, each claim takes one.
             assert shared.capacity["shares"] == {
                 "value": "2",
-                "requestPolicy": {"default": "1", "validValues": ["1"]},
+                "requestPolicy": {"default": "1", "validRange": {"min": "1", "step": "1"}},
             }
             assert "replica" not in (shared.attributes or {})
         assert not found["gpu-2"].allowMultipleAllocations
@@ -187,7 +191,7 @@ async def test_two_claims_on_one_shared_mps_gpu_are_both_prepared(
     backend, devices = simulated(tmp_path)
     # The kubelet side's inventory, as the driver builds it (driver.py, _on_tree).
     named = with_shared_units(device_names(devices, backend), backend)
-    inventory = Inventory(named, allocator=backend, configurer=backend)
+    inventory = Inventory(named, allocator=backend, configurer=backend, share_limits=backend)
     preparer = Preparer(
         driver=DRIVER,
         pool=kube_node,
@@ -206,6 +210,13 @@ async def test_two_claims_on_one_shared_mps_gpu_are_both_prepared(
         env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/mps/{MPS}/pipe"
         assert env["NVIDIA_VISIBLE_DEVICES"] == named["gpu-1"].device.facts.uuid  # type: ignore[attr-defined]
+        # One share of two: half the GPU, as the MPS client limits say it.
+        memory = named["gpu-1"].device.facts.memory_mib  # type: ignore[attr-defined]
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={memory // 2}M"
+    shares = {cast(PreparedClaim, results[r.uid]).devices[0].share_id for r in refs}
+    assert len(shares) == 2
+    assert "" not in shares
 
 
 SQUAT_COUNT = """

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from accel_plugins.backends.nvidia.telemetry import GpuTelemetry
     from accel_plugins.plugin.dra_attributes import DraDeviceInfo
     from accel_plugins.plugin.dra_config import ClaimParameters
+    from accel_plugins.plugin.dra_shares import Share
 
 log = logging.getLogger(__name__)
 
@@ -271,6 +272,16 @@ class NvidiaBackend:
         from accel_plugins.plugin.dra_names import dra_device_name
 
         return dra_device_name(facts.replica_of)
+
+    def dra_share_env(
+        self, resource: str, devices: Sequence[Device], share: Share
+    ) -> Mapping[str, str]:
+        """DraShareLimits: an MPS share's part of the GPU as MPS client limits
+        (dra_sharing.py); time-sliced shares cannot be held to a part."""
+        from accel_plugins.backends.nvidia.dra_sharing import share_env
+
+        mps = resource in self._mps_resources and self.settings.mps is not None
+        return share_env(devices, share) if mps else {}
 
     def dra_taint_key(self, resource: str, device: Device) -> str | None:
         """DraTaintKeyer: ``gpu.nvidia.com/xid`` for an XID error, so a claim may tolerate

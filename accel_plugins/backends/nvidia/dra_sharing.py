@@ -19,14 +19,21 @@ it may add:
   (``<ordinal>=<MiB>M`` per GPU, the ordinal being the GPU's place in the
   container's visible devices), so two claims on one GPU get their own limits
   from one daemon.
+
+A claim holding a share of an MPS-shared GPU published once for several claims
+(consumable capacity: ``k`` of its ``n`` shares, ``share_env``) gets ``k/n`` of it as
+the same client limits: ``100·k/n`` percent of the threads (at least 1) and
+``k/n`` of each GPU's memory pinned. Its own ``GpuConfig`` MPS limits win.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 
 from accel_plugins.backends.nvidia.container_contract import runtime_ids
+from accel_plugins.backends.nvidia.facts import gpu_facts
 from accel_plugins.backends.nvidia.gpu_config import (
     DEFAULT_INTERVAL,
     MPS,
@@ -36,6 +43,10 @@ from accel_plugins.backends.nvidia.gpu_config import (
 )
 from accel_plugins.plugin.device import ContainerAllocation, Device
 from accel_plugins.plugin.dra_config import ClaimParameters, ClaimParametersError
+from accel_plugins.plugin.dra_shares import Share
+from accel_plugins.util.quantity import parse_quantity
+
+MIB = 1 << 20
 
 ACTIVE_THREAD_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 PINNED_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -73,6 +84,21 @@ def mps_client_env(limits: MpsLimits, devices: Sequence[Device], where: str) -> 
             f"{ordinal}={pinned[uuid]}M" for ordinal, uuid in enumerate(uuids) if uuid in pinned
         )
     return env
+
+
+def share_env(devices: Sequence[Device], share: Share) -> dict[str, str]:
+    """The MPS client limits of ``share.shares`` of ``share.of`` shares of these GPUs: that
+    part of the threads, and the ``memory`` the share consumed pinned (else that part)."""
+    part = min(share.shares, share.of)
+    memory = {gpu_facts(d).gpu_uuid: gpu_facts(d).memory_mib for d in devices}
+    pinned = {uuid: mib * part // share.of for uuid, mib in memory.items()}
+    with contextlib.suppress(KeyError, ValueError):
+        consumed = int(parse_quantity(share.consumed["memory"]) / MIB)
+        pinned = {uuid: min(mib, consumed) for uuid, mib in memory.items()}
+    limits = MpsLimits(
+        active_thread_percentage=max(1, 100 * part // share.of), per_device_mib=pinned
+    )
+    return mps_client_env(limits, devices, "")
 
 
 def configured(

@@ -6,6 +6,14 @@ Catalog") for the XIDs NVIDIA's device plugin names (the application errors
 it ignores, NVIDIA/k8s-device-plugin internal/rm/health.go) and the common
 hardware ones. An XID outside the table still carries its number; its detail
 then only says that it is not in the table.
+
+:data:`NON_FATAL_XIDS` are the ones NVIDIA treats as application errors, not
+faults of the GPU ("Application errors: the GPU should still be healthy",
+NVIDIA/k8s-device-plugin internal/rm/health.go): the health monitor ignores them unless
+``DP_ENABLE_HEALTHCHECKS`` names them, and a reason built for one is not
+``fatal``, so its DRA device taint is informational (effect ``None``), as
+kubernetes-sigs/dra-driver-nvidia-gpu cmd/gpu-kubelet-plugin/device_health.go
+(``healthEventToTaint``, ``IsEventNonFatal``) publishes them.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ XID_MEANINGS: MappingProxyType[int, str] = MappingProxyType(
     }
 )
 
+# NVIDIA's application-error XIDs (the same six as health.py DEFAULT_IGNORED_XIDS).
+NON_FATAL_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
 UNLISTED = "not in the XID table; see NVIDIA's XID catalogue"
 
 
@@ -50,5 +61,6 @@ def xid_meaning(xid: int) -> str:
 
 
 def xid_reason(xid: int) -> HealthReason:
-    """The reason a critical ``xid`` gives a device: kind ``xid``, its number and meaning."""
-    return HealthReason(ReasonKind.XID, xid_meaning(xid), code=xid)
+    """The reason ``xid`` gives a device: kind ``xid``, its number and meaning; not
+    ``fatal`` for an application error (:data:`NON_FATAL_XIDS`)."""
+    return HealthReason(ReasonKind.XID, xid_meaning(xid), code=xid, fatal=xid not in NON_FATAL_XIDS)

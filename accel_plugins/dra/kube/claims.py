@@ -120,6 +120,9 @@ class KubeClaimSource:
                     pool=r.pool,
                     device=r.device,
                     tolerations=_tolerations(r),
+                    share_id=str(getattr(r, "shareID", None) or ""),
+                    consumed=_consumed(r),
+                    admin_access=bool(getattr(r, "adminAccess", None)),
                 )
                 for r in results
             ),
@@ -132,6 +135,12 @@ class KubeClaimSource:
 def _pods(reserved_for: Any) -> tuple[str, ...]:
     """The pods among a claim's consumers (status.reservedFor: core-group "pods")."""
     return tuple(str(c.name) for c in reserved_for or [] if c.resource == "pods" and not c.apiGroup)
+
+
+def _consumed(result: Any) -> dict[str, str]:
+    """A result's ``consumedCapacity`` (1.34+, DRAConsumableCapacity; absent elsewhere):
+    capacity name -> the quantity as the scheduler wrote it."""
+    return {str(k): str(v) for k, v in (getattr(result, "consumedCapacity", None) or {}).items()}
 
 
 def _tolerations(result: Any) -> tuple[DeviceToleration, ...]:

@@ -9,19 +9,27 @@ checked afterwards, because ``on`` (or a gate turned off later) can still
 lose it. Where a field is dropped the pool is built without it: Unhealthy
 devices left out, shared devices published as copies, devices that use
 counters left out, so nothing is handed out twice or to a broken device.
+
+Taint effect ``None`` (informational reasons, plugin/dra_taints.py) is known
+from 1.35; an older API server with the gate on refuses it (422) rather than
+dropping it. So the taint probe carries effect ``None``: kept means taints and
+``None`` both work (one call, 1.35+); dropped means the gate is off; refused
+means taints may work without ``None``, which a second dry-run with
+``NoSchedule`` tells (``auto`` only: ``on`` taints anyway). Where ``None`` is
+refused, informational reasons are published with ``NoSchedule``.
 """
 
 from __future__ import annotations
 
 import logging
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from accel_plugins.dra.kube.api import ResourceApi
 from accel_plugins.dra.kube.shares import ShareMode
 from accel_plugins.dra.kube.slices import PoolIdentity, probe_shares_slice, probe_slice
-from accel_plugins.dra.kube.taints import TaintMode
+from accel_plugins.dra.kube.taints import EFFECT, INFORMATIONAL_EFFECT, TaintMode
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +40,8 @@ class FieldGates:
     ``taints`` and ``shares`` are None until :meth:`decide` has run; ``counters``
     starts True and turns False once a write comes back without them. ``sharing``
     says whether the backend has shared devices at all (a DraSharedUnits).
+    ``informational`` (decided with ``taints``) says whether the API server takes
+    taint effect None (1.35+); where False, informational reasons get NoSchedule.
     """
 
     def __init__(self, *, taints: TaintMode | str, shares: ShareMode | str, sharing: bool) -> None:
@@ -39,6 +49,7 @@ class FieldGates:
         self._share_mode = ShareMode(shares)
         self._sharing = sharing
         self.taints: bool | None = None
+        self.informational: bool | None = None
         self.shares: bool | None = None
         self.counters = True  # until the API server drops them
 
@@ -56,17 +67,35 @@ class FieldGates:
     async def _decide_taints(
         self, client: AsyncClient, api: ResourceApi, identity: PoolIdentity
     ) -> None:
-        """Taints on or off, logged once; ``auto`` asks the API server with a dry-run create."""
-        if self._taint_mode is not TaintMode.AUTO:
-            self.taints = self._taint_mode is TaintMode.ON
-            log.info("device taints: %s (--dra-device-taints)", self._taint_mode.value)
+        """Taints on or off, and effect None with them or not, logged once; a dry-run
+        create asks the API server (``off`` asks nothing)."""
+        if self._taint_mode is TaintMode.OFF:
+            self.taints = self.informational = False
+            log.info("device taints: off (--dra-device-taints)")
             return
-        probe = api.to_wire(probe_slice(identity))
-        answer = api.from_wire(await client.create(probe, dry_run=True))
-        self.taints = any(d.taints for d in answer.spec.devices or [])
-        if self.taints:
-            log.info("device taints: on (the API server keeps ResourceSlice device taints)")
+        first = await _probe_taints(client, api, identity, INFORMATIONAL_EFFECT)
+        self.informational = first is True
+        kept = first
+        if first is None and self._taint_mode is TaintMode.AUTO:
+            kept = await _probe_taints(client, api, identity, EFFECT)
+        effects = ""
+        if self.informational:
+            effects = "; effect None for informational reasons, NoSchedule for the rest"
+        elif first is None:
+            effects = (
+                "; effect NoSchedule for every reason (the API server refuses effect None, "
+                "known from 1.35)"
+            )
+        if self._taint_mode is TaintMode.ON:
+            self.taints = True
+            log.info("device taints: on (--dra-device-taints)%s", effects)
+        elif kept:
+            self.taints = True
+            log.info(
+                "device taints: on (the API server keeps ResourceSlice device taints)%s", effects
+            )
         else:
+            self.taints = False
             log.warning(
                 "device taints: off (the API server drops ResourceSlice device taints: its "
                 "feature gate DRADeviceTaints is off); Unhealthy devices are left out instead"
@@ -134,6 +163,25 @@ class FieldGates:
             self.counters = False
             return True
         return False
+
+
+async def _probe_taints(
+    client: AsyncClient, api: ResourceApi, identity: PoolIdentity, effect: str
+) -> bool | None:
+    """Dry-run create a slice with one device tainted with ``effect``: True where the
+    taint is kept, False where dropped (gate off), None where refused (422: an effect
+    the API server does not know, None before 1.35)."""
+    probe = probe_slice(identity)
+    for device in probe.spec.devices or []:
+        for taint in device.taints or []:
+            taint.effect = effect
+    try:
+        answer = api.from_wire(await client.create(api.to_wire(probe), dry_run=True))
+    except ApiError as exc:
+        if exc.status.code == 422:
+            return None
+        raise
+    return any(d.taints for d in answer.spec.devices or [])
 
 
 def _allows_multiple(found: ResourceSlice) -> bool:

@@ -113,7 +113,8 @@ class KubeSlicePublisher:
         self._tree: DeviceTree | None = None
         self._wanted: list[KubeDevice] | None = None
         self._gates = FieldGates(taints=taints, shares=shares, sharing=sharer is not None)
-        self._taint = taint_maker(driver, keyer)
+        # By whether the API server takes taint effect None (gates.py, ``informational``).
+        self._taints = {ok: taint_maker(driver, keyer, informational=ok) for ok in (True, False)}
         self._counters = counters
         self._sharer = sharer
         self._wanted_sets: list[CounterSet] = []
@@ -196,7 +197,7 @@ class KubeSlicePublisher:
 
     def _pool(self, tree: DeviceTree) -> list[KubeDevice]:
         """The devices to publish; sets the counter sets to publish beside them."""
-        taint = self._taint if self._gates.taints else None
+        taint = self._taints[bool(self._gates.informational)] if self._gates.taints else None
         sharer = self._sharer if self._gates.shares else None
         devices = pool_devices(tree, self._describe, self._namer, taint, sharer)
         if self._counters is not None and self._gates.counters:

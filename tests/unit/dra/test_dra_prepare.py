@@ -4,12 +4,14 @@ claims spanning resources, a crashing backend, SIGHUP's rebuild and a bad tree."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from accel_plugins.backends.nvidia.xid import xid_reason
 from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.driver import DraDriver, DraSettings
@@ -17,7 +19,9 @@ from accel_plugins.dra.model import device_names
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.errors import InvalidSnapshotError
 from accel_plugins.plugin.backend import Publish
-from accel_plugins.plugin.device import Device, DeviceNode, tree
+from accel_plugins.plugin.device import Device, DeviceNode, Health, tree
+from accel_plugins.plugin.dra_taints import taint_of
+from accel_plugins.plugin.health_reason import HealthReason, ReasonKind
 from accel_plugins.util.flock import FileLock
 from tests.fixtures.dra_plugin import DRIVER, NODE, FakeClaims
 from tests.fixtures.framework import ScriptedBackend
@@ -194,3 +198,36 @@ def test_checkpoint_round_trip(tmp_path: Path, pods: tuple[str, ...]) -> None:
     assert saved.get("pods", []) == list(pods)  # absent when none: older readers agree
     assert json.loads((tmp_path / "c.json").read_text())["version"] == 1
     assert (tmp_path / "c.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("reason", "prepared"),
+    [
+        pytest.param(HealthReason(ReasonKind.UNMONITORED), True, id="unmonitored: effect None"),
+        pytest.param(xid_reason(13), True, id="application XID 13: effect None"),
+        pytest.param(xid_reason(79), False, id="XID 79, GPU fallen off the bus: NoSchedule"),
+    ],
+)
+async def test_an_informational_taint_needs_no_toleration(
+    tmp_path: Path, reason: HealthReason, prepared: bool
+) -> None:
+    """KEP-5055 (1.35+): the scheduler hands a device tainted with effect None to claims
+    without tolerations, so Prepare must take it too; NoSchedule still needs one."""
+    sick = Device("card0", nodes=(DeviceNode("/dev/card0"),), health=Health.UNHEALTHY)
+    sick = dataclasses.replace(sick, reason=reason)
+    inventory = Inventory(device_names(tree({"example.com/card": [sick]})))
+    claims = FakeClaims()
+    ref = claims.add("uid-1", ("accel", "card0"))
+    result = await Preparer(
+        driver=DRIVER,
+        pool=NODE,
+        claims=claims,
+        cdi_dir=tmp_path / "cdi",
+        checkpoint=Checkpoint(tmp_path / "checkpoint.json", DRIVER),
+        inventory=lambda: inventory,
+        taint=lambda resource, device: taint_of(DRIVER, None, resource, device),
+    ).prepare([ref])
+    if prepared:
+        assert isinstance(result["uid-1"], PreparedClaim)
+    else:
+        assert "does not tolerate its taint" in str(result["uid-1"])
