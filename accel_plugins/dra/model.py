@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from accel_plugins.errors import AccelPluginsError
 from accel_plugins.plugin.device import Device, DeviceTree
@@ -119,6 +119,30 @@ class ClaimSource(Protocol):
     """
 
     async def resolve(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim: ...
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """A prepared device as a claim's ``status.devices`` entry names it: its result's
+    pool, DRA name and share, and the backend's device behind it."""
+
+    pool: str
+    device: str
+    share_id: str
+    resource: str
+    backend_device: Device
+    admin: bool = False
+
+
+@runtime_checkable
+class ClaimStatusSink(Protocol):
+    """Optional beside a :class:`ClaimSource`: told what each claim was prepared with,
+    and when it was unprepared, to say so in the claim's status. Never raises: a claim
+    whose status cannot be written is prepared all the same."""
+
+    def claim_prepared(self, claim: ClaimRef, devices: Sequence[DeviceReport]) -> None: ...
+
+    def claim_unprepared(self, claim: ClaimRef) -> None: ...
 
 
 class SlicePublisher(Protocol):

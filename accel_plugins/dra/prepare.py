@@ -31,6 +31,8 @@ from accel_plugins.dra.model import (
     ClaimError,
     ClaimRef,
     ClaimSource,
+    ClaimStatusSink,
+    DeviceReport,
     NamedDevice,
 )
 from accel_plugins.dra.spec_guard import SpecGuard
@@ -196,6 +198,7 @@ class Preparer:
         return written
 
     async def prepare(self, refs: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        made: dict[str, PreparedClaim] = {}
         async with self._serialized():
             results: dict[str, PrepareResult] = {}
             todo: dict[str, ClaimRef] = {}
@@ -208,20 +211,40 @@ class Preparer:
                 else:
                     results[ref.uid] = answer
             fresh = await asyncio.gather(*(self._prepare_one(ref) for ref in todo.values()))
-            made = {
-                uid: result
+            made.update(
+                (uid, result)
                 for uid, result in zip(todo, fresh, strict=True)
                 if isinstance(result, PreparedClaim)
-            }
+            )
             errors = {uid: r for uid, r in zip(todo, fresh, strict=True) if isinstance(r, str)}
             if made:
                 # Specs and checkpoint in one trip to a worker thread: the hot path.
                 errors.update(await asyncio.to_thread(self._persist, made))
-                made = {uid: c for uid, c in made.items() if uid not in errors}
+                for uid in errors:
+                    made.pop(uid, None)
                 self._prepared.update(made)
             results.update(made)
             results.update(errors)
-            return results
+        self._report(made)
+        return results
+
+    def _report(self, made: Mapping[str, PreparedClaim]) -> None:
+        """Tell the claims' status what they were prepared with, where the claim source
+        writes it (queued: Prepare's answer does not wait for the API server)."""
+        if not made or not isinstance(self._claims, ClaimStatusSink):
+            return
+        devices = self._inventory().devices
+        for claim in made.values():
+            self._claims.claim_prepared(
+                claim.ref,
+                [
+                    DeviceReport(
+                        d.pool, d.device, d.share_id, named.resource, named.device, d.admin
+                    )
+                    for d in claim.devices
+                    if (named := devices.get(d.device)) is not None
+                ],
+            )
 
     def _persist(self, made: dict[str, PreparedClaim]) -> dict[str, str]:
         """Write the new claims' specs, then the checkpoint with them (worker thread).
@@ -286,8 +309,11 @@ class Preparer:
                     for uid in set(self._prepared) - set(remaining):
                         results[uid] = f"cannot write the checkpoint: {exc.strerror or exc}"
                     return results
-                for uid in set(self._prepared) - set(remaining):
-                    log.info("claim %s unprepared", uid)
+                gone = [self._prepared[uid] for uid in set(self._prepared) - set(remaining)]
+                for claim in gone:
+                    log.info("claim %s unprepared", claim.ref.uid)
+                    if isinstance(self._claims, ClaimStatusSink):
+                        self._claims.claim_unprepared(claim.ref)
                 self._prepared = remaining
             return results
 

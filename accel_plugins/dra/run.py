@@ -148,7 +148,14 @@ async def serve_dra(
         sharer=running_backend,
         shares=shared_devices,
     )
-    claims = kube.KubeClaimSource(client, apis)
+    status = kube.KubeClaimStatus(
+        client,
+        apis,
+        driver=settings.driver_name,
+        node=settings.node_name,
+        describe=running_backend.dra_device,
+    )
+    claims = kube.KubeClaimSource(client, apis, status)
     requests = RequestMetrics(settings.driver_name, registry)
     driver = DraDriver(factory, settings, claims, slices, cordons, requests)
     running = driver

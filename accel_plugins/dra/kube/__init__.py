@@ -10,6 +10,7 @@ generated client. Everything here is imported only in DRA mode (extra
 """
 
 from accel_plugins.dra.kube.api import ApiVersions
+from accel_plugins.dra.kube.claim_status import KubeClaimStatus
 from accel_plugins.dra.kube.claims import KubeClaimSource
 from accel_plugins.dra.kube.client import KUBECONFIG_ENV, make_client
 from accel_plugins.dra.kube.publisher import KubeSlicePublisher
@@ -20,6 +21,7 @@ __all__ = [
     "KUBECONFIG_ENV",
     "ApiVersions",
     "KubeClaimSource",
+    "KubeClaimStatus",
     "KubeSlicePublisher",
     "make_client",
     "rolling_settings",

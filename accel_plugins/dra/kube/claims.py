@@ -13,16 +13,19 @@ its Node (the cordon annotation).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
 
 from accel_plugins.dra.kube.api import ApiVersions, ResourceApi
+from accel_plugins.dra.kube.claim_status import KubeClaimStatus
 from accel_plugins.dra.model import (
     AllocatedDevice,
     ClaimError,
     ClaimRef,
+    DeviceReport,
     OpaqueConfig,
     ResolvedClaim,
 )
@@ -63,16 +66,29 @@ class KubeClaimSource:
     finds served); the fields read are the same in v1, v1beta2 and v1beta1.
     The opaque configs for ``driver`` (``status.allocation.devices.config``,
     class configs before claim configs, as the scheduler copies them) come along.
+    With ``status`` it is a ClaimStatusSink too: prepared devices go in the claims'
+    ``status.devices`` (claim_status.py).
     """
 
     def __init__(
         self,
         client: AsyncClient,
         api: ResourceApi | ApiVersions | None = None,
+        status: KubeClaimStatus | None = None,
     ) -> None:
         self._client = client
         self._apis = api if isinstance(api, ApiVersions) else ApiVersions(client, api)
+        self.status = status
         self.reads = 0
+
+    # ClaimStatusSink: the claims' status.devices, where a writer is given.
+    def claim_prepared(self, claim: ClaimRef, devices: Sequence[DeviceReport]) -> None:
+        if self.status is not None:
+            self.status.claim_prepared(claim, devices)
+
+    def claim_unprepared(self, claim: ClaimRef) -> None:
+        if self.status is not None:
+            self.status.claim_unprepared(claim)
 
     async def resolve(self, claim: ClaimRef, driver: str, pool: str) -> ResolvedClaim:
         where = f"ResourceClaim {claim.namespace}/{claim.name}"
