@@ -224,9 +224,10 @@ def _add_dra_flags(parser: argparse.ArgumentParser, driver_name: str) -> None:
         "--dra-device-taints",
         default="auto",
         choices=DRA_DEVICE_TAINTS,
-        help="--kubelet-api dra: publish Unhealthy devices with a NoSchedule device taint "
-        "(on), leave them out of the ResourceSlices (off), or taint where the API server "
-        "keeps device taints, i.e. its DRADeviceTaints feature gate is on (auto)",
+        help="--kubelet-api dra: publish Unhealthy devices with a device taint (on; effect "
+        "None for informational reasons where the API server takes it, 1.35+, else "
+        "NoSchedule), leave them out of the ResourceSlices (off), or taint where the API "
+        "server keeps device taints, i.e. its DRADeviceTaints feature gate is on (auto)",
     )
     add_flag(
         parser,

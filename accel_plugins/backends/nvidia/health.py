@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -353,7 +354,7 @@ class HealthMonitor:
         reason = xid_reason(event.xid)
         if event.uuid is None:
             unattributed = f"{reason.detail} (on an unidentified GPU)"
-            self._report(self._gpus, HealthReason(ReasonKind.XID, unattributed, code=event.xid))
+            self._report(self._gpus, dataclasses.replace(reason, detail=unattributed))
             return
         gpu = self._gpus.get(event.uuid)
         if gpu is None:
