@@ -37,7 +37,6 @@ from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 from lightkube.resources.resource_v1 import ResourceClaim
-from prometheus_client import CollectorRegistry
 
 from accel_plugins.conformance.cluster import ADMIN_ACCESS_LABELS
 from accel_plugins.conformance.envtest import ApiServer, scheduler_missing
@@ -45,13 +44,14 @@ from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.attribution import ADMIN, ClaimAttribution
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.claim_answer import ADMIN_ACCESS_ENV
-from accel_plugins.dra.kube import KubeClaimSource, KubeSlicePublisher
+from accel_plugins.dra.kube import KubeClaimSource
 from accel_plugins.dra.model import ClaimRef, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.service import prepare_response
 from accel_plugins.plugin.device import tree
 from accel_plugins.switch.probes import DraSide
 from tests.dra_sharing_fixtures import sharing_node
+from tests.e2e.test_dra_kube_consumable import publisher as sharing_publisher
 from tests.e2e.test_dra_scheduler import bound_to, schedulable
 from tests.e2e.test_kubelet_admit_claims import device_class
 from tests.fixtures.dra_kube import V1_34_SHARES, NodeClient, ServerOf
@@ -150,15 +150,7 @@ async def test_two_shares_of_one_gpu_in_one_claim_and_a_monitor_beside_them(
     devices = tree(backend.build(backend.check()))
     named = with_shared_units(device_names(devices, backend), backend)
     mps_gpu = named["gpu-1"].device.facts  # the MPS-shared GPU, published once
-    publisher = KubeSlicePublisher(
-        node_client(kube_node),
-        driver=DRIVER,
-        node=kube_node,
-        registry=CollectorRegistry(),
-        namer=backend,
-        sharer=backend,
-        describe=backend.dra_device,
-    )
+    publisher = sharing_publisher(node_client(kube_node), kube_node, backend)
     await publisher.publish(devices)
     await publisher.wait_in_sync()
     assert publisher.shares
