@@ -44,6 +44,8 @@ from accel_plugins.switch.wait import Handover, await_handover
 
 log = logging.getLogger(__name__)
 
+STATUS_FLUSH_TIMEOUT = 5.0  # seconds a stopping driver gives its queued claim status writes
+
 API_SIDE = "accel_plugins.dra.kube"
 EXTRA_HINT = "pip install 'accel-plugins[dra]'"
 
@@ -234,5 +236,9 @@ async def serve_dra(
         if config_watch is not None:
             config_watch.close()
         await metrics.stop()
+        # The claims' status entries still queued (an Unprepare just before the stop).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(status.idle(), STATUS_FLUSH_TIMEOUT)
+        await status.close()
         await client.close()
     return 0
