@@ -1,9 +1,10 @@
-"""A real single-node Kubernetes v1.34 on this machine, as root, offline.
+"""A real single-node Kubernetes (v1.34, or v1.36) on this machine, as root, offline.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler from
 ``$KUBEBUILDER_ASSETS``, containerd 2.x (CDI on) with runc and the CNI bridge, and a
 kubelet registered as the Node ``accel-node``; all inside the node's network namespace
-(tests/node/netns.py). The configs are tests/node/configs/*, commented.
+(tests/node/netns.py). The configs are tests/node/configs/*, commented; both versions
+run with the same ones and their own default feature gates.
 
 Every process is started here and stopped by PID; what the node changes on the machine
 is undone by tests/node/host.py, at teardown or, after a killed run, at the next start.
@@ -36,6 +37,12 @@ CONFIGS = Path(__file__).parent / "configs"
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr")
+# The Kubernetes versions a node can run, and the suffix of their binaries in
+# $KUBEBUILDER_ASSETS (../shared/k8s: kubelet-v1.36 beside kubelet, which is v1.34);
+# etcd and containerd are the same for both.
+DEFAULT_VERSION = "1.34"
+VERSION_SUFFIX = {"1.34": "", "1.36": "-v1.36"}
+VERSIONED = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 CNI_BIN = Path("/usr/lib/cni")
 
@@ -72,7 +79,12 @@ class NodeStartError(Exception):
         self.piece = piece
 
 
-def preflight() -> Path:
+def binary_name(name: str, version: str) -> str:
+    """The file name of ``name`` for Kubernetes ``version`` in $KUBEBUILDER_ASSETS."""
+    return name + VERSION_SUFFIX[version] if name in VERSIONED else name
+
+
+def preflight(version: str = DEFAULT_VERSION) -> Path:
     """The binaries' directory; NodeUnavailable naming what this machine lacks."""
     if os.geteuid() != 0:
         raise NodeUnavailable("the node runs as root (kubelet, containerd, mounts, cgroups)")
@@ -80,7 +92,7 @@ def preflight() -> Path:
     if not where:
         raise NodeUnavailable(f"{ASSETS_ENV} is unset (../shared/k8s/unpack /tmp/k8s-assets)")
     assets = Path(where)
-    for binary in (*CONTROL_PLANE, *NODE_BINARIES):
+    for binary in (binary_name(b, version) for b in (*CONTROL_PLANE, *NODE_BINARIES)):
         if not os.access(assets / binary, os.X_OK):
             raise NodeUnavailable(f"{ASSETS_ENV}={where} has no executable {binary}")
     for plugin in CNI_PLUGINS:
@@ -106,6 +118,10 @@ def preflight() -> Path:
 @dataclass(frozen=True)
 class Paths:
     assets: Path
+    version: str = DEFAULT_VERSION
+
+    def binary(self, name: str) -> Path:
+        return self.assets / binary_name(name, self.version)
 
     @property
     def containerd_socket(self) -> Path:
@@ -122,8 +138,9 @@ class Paths:
 class Node:
     """The running node: its processes, its API, and the restarts node-life tests need."""
 
-    def __init__(self, assets: Path) -> None:
-        self.paths = Paths(assets)
+    def __init__(self, assets: Path, version: str = DEFAULT_VERSION) -> None:
+        self.paths = Paths(assets, version)
+        self.version = version
         self.name = NODE_NAME
         self.ip = NETNS.address
         self.url = f"https://{self.ip}:{API_PORT}"
@@ -161,7 +178,7 @@ class Node:
     def ctr(self, *args: str) -> str:
         done = subprocess.run(
             [
-                str(self.paths.assets / "ctr"),
+                str(self.paths.binary("ctr")),
                 "--address",
                 str(self.paths.containerd_socket),
                 "-n",
@@ -371,7 +388,7 @@ class Node:
         with self.paths.log(name).open("ab") as log:
             env = dict(os.environ, PATH=f"{self.paths.assets}:{os.environ.get('PATH', '')}")
             self._processes[name] = subprocess.Popen(
-                [str(self.paths.assets / name), *args],
+                [str(self.paths.binary(name)), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -427,6 +444,18 @@ def make_device(path: Path) -> None:
     os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
 
 
+@contextlib.contextmanager
+def unplugged(device: str) -> Iterator[None]:
+    """The /dev node gone, as when its hardware is pulled; plugged back after."""
+    path = Path(device)
+    assert path in DEVICES, device
+    path.unlink()
+    try:
+        yield
+    finally:
+        make_device(path)
+
+
 def record_footprint() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     created = tuple(str(p) for p in (*NODE_DIRS, CDI_RUN_DIR) if not p.exists())
@@ -439,16 +468,18 @@ def running_node(
     archives: Callable[[Node], Iterable[Path]],
     lock_timeout: float = 600.0,
     logs: Path | None = None,
+    version: str = DEFAULT_VERSION,
 ) -> Iterator[Node]:
-    """Boot the node (after cleaning a stale one), yield it, tear it all down.
+    """Boot the node of Kubernetes ``version`` (after cleaning a stale one), yield it,
+    tear it all down.
 
     ``archives(node)`` names the OCI archives to import once containerd runs (the
     sandbox image among them), before the kubelet starts. With ``logs``, the node's
     logs are copied there before the teardown removes them.
     """
-    assets = preflight()
+    assets = preflight(version)
     with host.machine_lock(LOCK, lock_timeout):
-        node = Node(assets)
+        node = Node(assets, version)
         clean_machine(node.paths.containerd_socket)
         record_footprint()
         entered: Entered | None = None

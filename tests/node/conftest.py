@@ -5,6 +5,11 @@
 - ``kube``: an admin lightkube Client on it (the tests run inside the node's network
   namespace, so it reaches the API server, the pods and their /metrics directly).
 
+The node runs Kubernetes v1.34. A module marked ``pytest.mark.node_version("1.36")`` runs
+on a v1.36 node instead (``node_version`` parametrizes the session's fixtures, so the
+v1.34 node and everything on it are torn down before the v1.36 node boots; one node at a
+time). Those modules run last; the project's images are built once for both nodes.
+
 The suite runs only when named (``pytest tests/node``): a plain ``pytest`` leaves it out,
 since it takes the machine's kubelet ports and minutes. Where the machine cannot run a
 node, its tests skip with the reason; under ``CI=true`` they fail instead.
@@ -27,7 +32,14 @@ import pytest
 
 from tests.node import dra, plugins
 from tests.node.chart import Release, installed
-from tests.node.cluster import Node, NodeStartError, NodeUnavailable, running_node
+from tests.node.cluster import (
+    DEFAULT_VERSION,
+    VERSION_SUFFIX,
+    Node,
+    NodeStartError,
+    NodeUnavailable,
+    running_node,
+)
 from tests.node.images import ImageUnavailable, write_test_image
 from tests.support.chart import ROOT
 
@@ -36,6 +48,15 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).parent
 TEST_TIMEOUT = 600
+VERSION_MARK = "node_version"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{VERSION_MARK}(version): run on a real node of this Kubernetes version "
+        f"(one of {', '.join(VERSION_SUFFIX)}), not the default {DEFAULT_VERSION} (tests/node)",
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -45,12 +66,34 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None if named else True
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked ``node_version`` gets its node of that version: ``node_version``
+    parametrized for the session, so the node and what depends on it are set up again."""
+    marker = metafunc.definition.get_closest_marker(VERSION_MARK)
+    if marker is None or "node_version" not in metafunc.fixturenames:
+        return
+    (version,) = marker.args
+    assert version in VERSION_SUFFIX, f"no node of Kubernetes {version}: {list(VERSION_SUFFIX)}"
+    metafunc.parametrize(
+        "node_version", [version], indirect=True, scope="session", ids=[f"v{version}"]
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The first test to ask for the project's images waits for their build (minutes);
     # every later wait ends on an event, so the bound matters only for a stuck one.
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
+    # The default version's tests first, each other version's after them: every node boots
+    # once (a version's tests between two of another's would boot that one twice).
+    items.sort(key=lambda item: _version(item) != DEFAULT_VERSION)
+
+
+def _version(item: pytest.Item) -> str:
+    marker = item.get_closest_marker(VERSION_MARK) if item.path.is_relative_to(HERE) else None
+    return str(marker.args[0]) if marker is not None else DEFAULT_VERSION
 
 
 def unavailable(reason: str) -> None:
@@ -102,19 +145,37 @@ def image_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ImageBuild
 
 
 @pytest.fixture(scope="session")
-def node(image_build: ImageBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def node_version(request: pytest.FixtureRequest) -> str:
+    """The node's Kubernetes version: the default, or a module's ``node_version`` mark."""
+    return str(getattr(request, "param", DEFAULT_VERSION))
+
+
+def timing(what: str, node: Node) -> str:
+    """A TIMINGS key: ``what``, naming the node's version where it is not the default."""
+    return what if node.version == DEFAULT_VERSION else f"{what} (v{node.version})"
+
+
+@pytest.fixture(scope="session")
+def node(
+    image_build: ImageBuild, node_version: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Node]:
     pytest.importorskip("lightkube", reason="the [dra] extra (lightkube) is not installed")
-    # The daemons' and pods' logs outlive the node (CI keeps $ACCEL_NODE_LOGS).
+    # The daemons' and pods' logs outlive the node (CI keeps $ACCEL_NODE_LOGS); another
+    # version's in a folder of their own.
     logs = Path(os.environ.get(LOGS_ENV) or tmp_path_factory.mktemp("node-logs"))
+    if node_version != DEFAULT_VERSION:
+        logs /= f"v{node_version}"
     LOGS.append(logs)
     with tempfile.TemporaryDirectory(prefix="node-images-") as workdir:
         started_at = time.monotonic()
         try:
-            with running_node(lambda _: [write_test_image(Path(workdir))], logs=logs) as started:
-                TIMINGS["node start to Ready"] = time.monotonic() - started_at
+            with running_node(
+                lambda _: [write_test_image(Path(workdir))], logs=logs, version=node_version
+            ) as started:
+                TIMINGS[timing("node start to Ready", started)] = time.monotonic() - started_at
                 yield started
         except (NodeUnavailable, ImageUnavailable, NodeStartError) as exc:
-            unavailable(str(exc))
+            unavailable(f"v{node_version}: {exc}")
 
 
 @pytest.fixture(scope="session")
@@ -123,8 +184,8 @@ def project_images(node: Node, image_build: ImageBuild) -> list[str]:
     if image_build.process is None:
         unavailable(f"no image build: {image_build.reason}")
         return []
-    code = image_build.process.wait()
-    TIMINGS["image build (from session start)"] = time.monotonic() - image_build.started
+    code = image_build.process.wait()  # built once: the next node finds it done
+    TIMINGS.setdefault("image build (from session start)", time.monotonic() - image_build.started)
     if code != 0:
         tail = "\n".join(image_build.log.read_text(errors="replace").splitlines()[-30:])
         unavailable(f"hack/build-node-images exited {code}:\n{tail}")
@@ -134,7 +195,7 @@ def project_images(node: Node, image_build: ImageBuild) -> list[str]:
         archive, image = line.split()
         node.ctr("images", "import", archive)
         images.append(image)
-    TIMINGS["image import"] = time.monotonic() - started
+    TIMINGS[timing("image import", node)] = time.monotonic() - started
     return images
 
 
@@ -186,17 +247,20 @@ def running_release(
     kubelet_api: str,
     ready: Callable[[], None],
     nvidia_root: Path | None = None,
+    values: dict[str, Any] | None = None,
 ) -> Iterator[Release]:
-    """A release of the chart for this node, rolled out and ``ready``; its time recorded."""
+    """A release of the chart for this node (``values``, or the suite's for
+    ``kubelet_api``), rolled out and ``ready``; its time recorded."""
     started = time.monotonic()
-    values = plugins.values(node, kubelet_api, nvidia_root)
+    if values is None:
+        values = plugins.values(node, kubelet_api, nvidia_root)
     with (
         label_for_nvidia(kube, node),
         installed(kube, name, plugins.NAMESPACE, values) as release,
     ):
         plugins.await_release(kube, release)
         ready()
-        TIMINGS[f"{kubelet_api} release ready"] = time.monotonic() - started
+        TIMINGS[timing(f"{kubelet_api} release ready", node)] = time.monotonic() - started
         yield release
 
 

@@ -51,42 +51,45 @@ def _has(counts: Counter[str], expected: dict[str, int]) -> bool:
 
 
 @contextlib.contextmanager
-def claim_template(kube: Client, name: str, device_class: str, count: int = 1) -> Iterator[str]:
+def claim_template(
+    kube: Client,
+    name: str,
+    device_class: str,
+    count: int = 1,
+    *,
+    namespace: str = NAMESPACE,
+    **exactly: Any,
+) -> Iterator[str]:
+    """A template of one request ``dev`` for ``count`` devices of ``device_class``
+    (``exactly``: more of the request's fields, e.g. ``adminAccess``)."""
     from lightkube.codecs import from_dict
     from lightkube.resources.resource_v1 import ResourceClaimTemplate
 
+    request: dict[str, Any] = {"deviceClassName": device_class, "count": count} | exactly
+    if request.get("allocationMode") == "All":
+        del request["count"]
     template: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "dev",
-                            "exactly": {"deviceClassName": device_class, "count": count},
-                        }
-                    ]
-                }
-            }
-        },
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": request}]}}},
     }
     kube.create(from_dict(template))
     try:
         yield name
     finally:
         with contextlib.suppress(Exception):
-            kube.delete(ResourceClaimTemplate, name, namespace=NAMESPACE)
+            kube.delete(ResourceClaimTemplate, name, namespace=namespace)
 
 
-def pod_claims(kube: Client, pod: str) -> list[Any]:
-    """The ResourceClaims made for ``pod`` from its templates."""
+def pod_claims(kube: Client, pod: str, namespace: str = NAMESPACE) -> list[Any]:
+    """The ResourceClaims made for ``pod`` (from its templates, or by the scheduler for
+    its extended resources)."""
     from lightkube.resources.resource_v1 import ResourceClaim
 
     return [
         claim
-        for claim in kube.list(ResourceClaim, namespace=NAMESPACE)
+        for claim in kube.list(ResourceClaim, namespace=namespace)
         if claim.metadata is not None
         and any(ref.name == pod for ref in (claim.metadata.ownerReferences or []))
     ]
@@ -104,7 +107,7 @@ def await_released(kube: Client, claim: Any, driver: str) -> None:
     from lightkube.resources.resource_v1 import ResourceClaim
 
     spec = claim_spec(claim, driver)
-    await_deleted(kube, ResourceClaim, claim.metadata.name, namespace=NAMESPACE)
+    await_deleted(kube, ResourceClaim, claim.metadata.name, namespace=claim.metadata.namespace)
     assert await_removed(spec), f"{spec} outlived its claim"
 
 

@@ -78,6 +78,7 @@ def run_pod(
     *,
     wait_running: bool = True,
     within: float = WAIT_BOUND,
+    namespace: str = NAMESPACE,
     **request: Any,
 ) -> str:
     """Create a pod (a name of its own, starting with ``prefix``); await it running."""
@@ -89,13 +90,13 @@ def run_pod(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "namespace": NAMESPACE},
+                "metadata": {"name": name, "namespace": namespace},
                 "spec": pod_spec(command, **request),
             }
         )
     )
     if wait_running:
-        await_pod(kube, name, running, within)
+        await_pod(kube, name, running, within, namespace=namespace)
     return name
 
 
@@ -148,7 +149,9 @@ def running(pod: Any) -> bool:
     return pod.status is not None and pod.status.phase in ("Running", "Succeeded")
 
 
-def await_pod(kube: Client, name: str, done: Any, within: float = WAIT_BOUND) -> Any:
+def await_pod(
+    kube: Client, name: str, done: Any, within: float = WAIT_BOUND, namespace: str = NAMESPACE
+) -> Any:
     """The pod once ``done(pod)`` holds; a failed pod, or ``within`` seconds, ends the
     wait with its status."""
     from lightkube.resources.core_v1 import Pod
@@ -160,14 +163,14 @@ def await_pod(kube: Client, name: str, done: Any, within: float = WAIT_BOUND) ->
 
     try:
         return watch_until(
-            kube, Pod, finished, within, namespace=NAMESPACE, fields={"metadata.name": name}
+            kube, Pod, finished, within, namespace=namespace, fields={"metadata.name": name}
         )
     except AssertionError as exc:
-        got = kube.get(Pod, name, namespace=NAMESPACE)
+        got = kube.get(Pod, name, namespace=namespace)
         raise AssertionError(f"pod {name}: {exc}; its status: {got.status}") from None
 
 
-def pod_log(kube: Client, name: str) -> str:
+def pod_log(kube: Client, name: str, namespace: str = NAMESPACE) -> str:
     """The running container's log up to its END line.
 
     Read whole and again until END is in it: the log is no API object to watch, and a
@@ -176,7 +179,7 @@ def pod_log(kube: Client, name: str) -> str:
     """
     deadline = time.monotonic() + LOG_WITHIN
     while True:
-        log = "".join(kube.log(name, namespace=NAMESPACE))
+        log = "".join(kube.log(name, namespace=namespace))
         lines = log.splitlines(keepends=True)
         if f"{END}\n" in lines:
             return "".join(lines[: lines.index(f"{END}\n")])
@@ -193,11 +196,11 @@ def seen_env(log: str) -> dict[str, str]:
     return {pair[0]: pair[1] for pair in pairs if len(pair) == 2}
 
 
-def delete_pod(kube: Client, name: str) -> None:
+def delete_pod(kube: Client, name: str, namespace: str = NAMESPACE) -> None:
     from lightkube.resources.core_v1 import Pod
 
     with contextlib.suppress(Exception):
-        kube.delete(Pod, name, namespace=NAMESPACE, grace_period=0)
+        kube.delete(Pod, name, namespace=namespace, grace_period=0)
 
 
 @contextlib.contextmanager
@@ -206,4 +209,4 @@ def pod(kube: Client, prefix: str, command: Sequence[str], **kwargs: Any) -> Ite
     try:
         yield name
     finally:
-        delete_pod(kube, name)
+        delete_pod(kube, name, kwargs.get("namespace", NAMESPACE))

@@ -129,6 +129,12 @@ def _succeeded(pod: Any) -> bool:
     return pod.status is not None and pod.status.phase == "Succeeded"
 
 
+# The kubelet's own GET of a claim refused by the Node authorizer, whose graph of pods and
+# claims lagged behind the kubelet's pod watch on a loaded machine (seen in 3 of 5 runs of
+# this test there; the kubelet retries and the pod runs): the call never reached a driver.
+AUTHORIZER_LAG = "no relationship found between node"
+
+
 def failed_prepares(kube: Client, since: float) -> list[str]:
     from lightkube.resources.core_v1 import Event
 
@@ -136,6 +142,7 @@ def failed_prepares(kube: Client, since: float) -> list[str]:
         f"{e.involvedObject.name}: {e.message}"
         for e in kube.list(Event, namespace=NAMESPACE)
         if e.reason == "FailedPrepareDynamicResources"
+        and AUTHORIZER_LAG not in (e.message or "")
         and e.lastTimestamp is not None
         and e.lastTimestamp.timestamp() >= since
     ]

@@ -18,19 +18,17 @@ the node what happens to nodes, then checks the holders and starts new pods:
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import enum
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.node import chart, dra, plugins
 from tests.node.chart import Release
-from tests.node.cluster import DEVICES, Node, make_device
+from tests.node.cluster import DEVICES, Node, unplugged
 from tests.node.kubelet_state import allocations
 from tests.node.metrics import await_health_reason, plugin_pod_ip
 from tests.node.pods import (
@@ -256,18 +254,6 @@ def test_dra_pods_keep_and_get_devices(
 def now() -> datetime.datetime:
     # Event times have whole seconds.
     return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-
-
-@contextlib.contextmanager
-def unplugged(device: str) -> Iterator[None]:
-    """The /dev node gone, as when its hardware is pulled; plugged back after."""
-    path = Path(device)
-    assert path in DEVICES, device
-    path.unlink()
-    try:
-        yield
-    finally:
-        make_device(path)
 
 
 def await_health_event(
