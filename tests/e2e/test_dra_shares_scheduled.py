@@ -44,7 +44,7 @@ from accel_plugins.dra import claim_cdi
 from accel_plugins.dra.attribution import ADMIN, ClaimAttribution
 from accel_plugins.dra.checkpoint import Checkpoint, PreparedClaim
 from accel_plugins.dra.claim_answer import ADMIN_ACCESS_ENV
-from accel_plugins.dra.kube import KubeClaimSource
+from accel_plugins.dra.kube import ApiVersions, KubeClaimSource, KubeClaimStatus
 from accel_plugins.dra.model import ClaimRef, device_names, with_shared_units
 from accel_plugins.dra.prepare import Inventory, Preparer
 from accel_plugins.dra.service import prepare_response
@@ -160,11 +160,14 @@ async def test_two_shares_of_one_gpu_in_one_claim_and_a_monitor_beside_them(
         kube, f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].uuid == "{uuid}"'
     )
     inventory = Inventory(named, allocator=backend, configurer=backend, share_limits=backend)
+    status = KubeClaimStatus(
+        kube, ApiVersions(kube), driver=DRIVER, node=kube_node, describe=backend.dra_device
+    )
     checkpoint = Checkpoint(tmp_path / "checkpoint.json", DRIVER)
     preparer = Preparer(
         driver=DRIVER,
         pool=kube_node,
-        claims=KubeClaimSource(kube),
+        claims=KubeClaimSource(kube, status=status),
         cdi_dir=tmp_path / "cdi",
         checkpoint=checkpoint,
         inventory=lambda: inventory,
@@ -188,6 +191,13 @@ async def test_two_shares_of_one_gpu_in_one_claim_and_a_monitor_beside_them(
     assert isinstance(prepared, PreparedClaim), prepared
     answer = prepare_response(prepared)
     assert sorted(d.share_id for d in answer.devices) == sorted(shares)
+    # The claim's status has an entry per share (its shareID is one of the list's keys).
+    await status.idle()
+    claim = await kube.get(ResourceClaim, "pair", namespace=workloads)
+    entries = claim.to_dict()["status"]["devices"]
+    assert sorted((e["device"], e["shareID"]) for e in entries) == sorted(
+        ("gpu-1", s) for s in shares
+    )
     ids = [list(d.cdi_device_ids) for d in answer.devices]
     assert len({i for each in ids for i in each}) == 2, ids  # one CDI device per share
     spec = assert_valid_spec_file(tmp_path / "cdi" / claim_cdi.spec_file_name(DRIVER, ref.uid))
@@ -237,4 +247,5 @@ async def test_two_shares_of_one_gpu_in_one_claim_and_a_monitor_beside_them(
         (workloads, "holder", ""),
         (monitors, "monitor", ADMIN),
     }
+    await status.close()
     await publisher.close()
