@@ -5,8 +5,8 @@ a ResourceClaim and a pod, allocated by the real scheduler from the slices our
 plugin process publishes, then prepared by that plugin when the kubelet
 emulator admits the pod, for both backends. Needs ``kube-scheduler`` beside
 the API server in ``$KUBEBUILDER_ASSETS`` (accel_plugins/conformance/envtest.py starts it there);
-skips, saying so, without it (../shared/k8s ships none today; hack/build-kube-scheduler
-builds one from the same v1.34.9 tree as its kube-apiserver, and both cases pass with it).
+skips, saying so, without it (../shared/k8s ships one, v1.34.9; where it is missing,
+hack/build-kube-scheduler builds one from the same tree as its kube-apiserver).
 """
 
 from __future__ import annotations
