@@ -24,11 +24,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from accel_plugins.dra.model import AllocatedDevice, ClaimError, NamedDevice, OpaqueConfig
 from accel_plugins.plugin import allocation
-from accel_plugins.plugin.backend import Allocator, CdiSpecKeeper
+from accel_plugins.plugin.backend import Allocator
 from accel_plugins.plugin.device import ContainerAllocation, Device
 from accel_plugins.plugin.dra_config import ClaimParameters, DraConfigAllocator
 from accel_plugins.plugin.dra_shares import SHARES, DraShareLimits, Share
@@ -60,15 +60,20 @@ def parts(entries: Sequence[tuple[AllocatedDevice, NamedDevice]]) -> list[Part]:
     ]
 
 
-@dataclass(frozen=True)
-class Hooks:
-    """The backend's hooks a claim's answer comes from (the driver's Inventory)."""
+class Hooks(Protocol):
+    """The backend's hooks a claim's answer comes from: the driver's Inventory."""
 
-    allocator: Allocator | None = None
-    hook_timeout: float = 10.0
-    cdi_keeper: CdiSpecKeeper | None = None
-    configurer: DraConfigAllocator | None = None
-    share_limits: DraShareLimits | None = None
+    @property
+    def allocator(self) -> Allocator | None: ...
+
+    @property
+    def hook_timeout(self) -> float: ...
+
+    @property
+    def configurer(self) -> DraConfigAllocator | None: ...
+
+    @property
+    def share_limits(self) -> DraShareLimits | None: ...
 
 
 async def answer(

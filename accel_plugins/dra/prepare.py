@@ -60,12 +60,6 @@ class Inventory:
     configurer: DraConfigAllocator | None = None
     share_limits: DraShareLimits | None = None
 
-    @property
-    def hooks(self) -> claim_answer.Hooks:
-        return claim_answer.Hooks(
-            self.allocator, self.hook_timeout, self.cdi_keeper, self.configurer, self.share_limits
-        )
-
 
 PrepareResult = PreparedClaim | str
 """A prepared claim, or why it could not be prepared (goes in the claim's ``error``)."""
@@ -393,7 +387,7 @@ class Preparer:
         extra_ids: dict[tuple[str, str], tuple[str, ...]] = {}
         for part in claim_answer.parts([e for entries in by_request.values() for e in entries]):
             configs = [c for c in resolved.configs if c.applies_to(part.request)]
-            answer = await claim_answer.answer(inventory.hooks, self.driver, part, configs)
+            answer = await claim_answer.answer(inventory, self.driver, part, configs)
             edits = claim_cdi.allocation_edits(answer)
             ids: tuple[str, ...] = ()
             if edits:  # CDI refuses a device without edits

@@ -38,6 +38,7 @@ from lightkube.resources import resource_v1, resource_v1beta1, resource_v1beta2
 from lightkube.types import PatchType
 
 from accel_plugins.dra.kube.api import GROUP, ApiVersions
+from accel_plugins.dra.kube.slices import Describe
 from accel_plugins.dra.model import ClaimRef, DeviceReport
 from accel_plugins.plugin.dra_attributes import DraDeviceInfo, DraVersion
 
@@ -62,7 +63,7 @@ class KubeClaimStatus:
         *,
         driver: str,
         node: str,
-        describe: Any = None,  # (resource, Device) -> DraDeviceInfo, the slices' describer
+        describe: Describe | None = None,  # the slices' describer: the same attributes
     ) -> None:
         self._client = client
         self._apis = apis
